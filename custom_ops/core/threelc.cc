@@ -1,0 +1,337 @@
+#include "threelc.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "base3.h"
+#include "golomb.h"
+#include "zero_run.h"
+
+namespace tlc {
+namespace {
+
+constexpr int64_t kMinElementsPerTask = 1 << 16;
+constexpr int64_t kChunkGroups = 512;  // groups quantized per inner chunk
+
+struct Pass1 {
+  float max_abs = 0.0f;
+  bool finite = true;
+};
+
+// max|x + e| over [begin, end) and whether every sum is finite.
+Pass1 MaxAbs(const float* x, const float* e, int64_t begin, int64_t end) {
+  float mx = 0.0f;
+  int bad = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    float a = std::fabs(x[i] + e[i]);
+    bad |= !(a <= std::numeric_limits<float>::max());
+    mx = a > mx ? a : mx;
+  }
+  return Pass1{mx, bad == 0};
+}
+
+int64_t FirstNonFinite(const float* x, const float* e, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i] + e[i])) return i;
+  }
+  return -1;
+}
+
+// Quantizes, updates the error and packs groups [g0, g1), feeding the bytes to
+// the slice encoder. Returns the number of non-zero q.
+int64_t QuantizeSlice(const float* x, const float* e_in, float* e_out, int64_t n, float m,
+                      int64_t g0, int64_t g1, ZreSliceEncoder* enc) {
+  const float half = m * 0.5f;
+  uint8_t digits[kChunkGroups * kGroupSize];
+  uint8_t packed[kChunkGroups];
+  int64_t nonzeros = 0;
+  for (int64_t g = g0; g < g1; g += kChunkGroups) {
+    const int64_t groups = std::min(kChunkGroups, g1 - g);
+    const int64_t first = g * kGroupSize;
+    const int64_t count = std::min(groups * kGroupSize, n - first);
+    const float* xs = x + first;
+    const float* es = e_in + first;
+    float* eo = e_out + first;
+    int nz = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      float a = xs[i] + es[i];
+      int q = static_cast<int>(a > half) - static_cast<int>(a < -half);
+      eo[i] = a - m * static_cast<float>(q);
+      digits[i] = static_cast<uint8_t>(q + 1);
+      nz += q != 0;
+    }
+    nonzeros += nz;
+    for (int64_t i = count; i < groups * kGroupSize; ++i) digits[i] = 1;  // padding
+    for (int64_t j = 0; j < groups; ++j) {
+      const uint8_t* d = digits + j * kGroupSize;
+      packed[j] = static_cast<uint8_t>(81 * d[0] + 27 * d[1] + 9 * d[2] + 3 * d[3] + d[4]);
+    }
+    enc->Feed(packed, groups);
+  }
+  return nonzeros;
+}
+
+void PutVarint(uint64_t v, std::vector<uint8_t>* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<uint8_t>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<uint8_t>(v));
+}
+
+Status GetVarint(const uint8_t* p, int64_t len, int64_t* pos, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (*pos >= len) return Status::Invalid("3lc: truncated count");
+    uint8_t b = p[(*pos)++];
+    if (shift == 63 && b > 1) return Status::Invalid("3lc: count overflows");
+    *v |= static_cast<uint64_t>(b & 0x7F) << shift;
+    if ((b & 0x80) == 0) return Status::Ok();
+  }
+  return Status::Invalid("3lc: count is too long");
+}
+
+// Golomb/sign body (after the tag) of the stream held in `parts`.
+Status EncodeGolombSigns(const std::vector<ZrePart>& parts, const std::vector<int64_t>& part_g0,
+                         int64_t n, int64_t nonzeros, std::vector<uint8_t>* body) {
+  int b;
+  TLC_RETURN_IF_ERROR(GolombBstar(n > 0 ? static_cast<double>(nonzeros) / n : 0.0, &b));
+  body->clear();
+  body->push_back(static_cast<uint8_t>(b));
+  PutVarint(static_cast<uint64_t>(nonzeros), body);
+  const size_t signs_at = body->size();
+  body->resize(signs_at + (nonzeros + 7) / 8, 0);
+  std::vector<uint8_t> positions;
+  GolombWriter writer(b, &positions);
+  const Base3Table& table = GetBase3Table();
+  int64_t prev = -1, index = 0;
+  uint8_t* signs = body->data() + signs_at;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    if (parts[p].all_zero) continue;
+    ZreVisit(
+        parts[p].middle.get(), 0, parts[p].middle_size, part_g0[p] + parts[p].lead,
+        [&](int64_t g, uint8_t byte) {
+          const int8_t* q = table.q[byte];
+          for (int k = 0; k < kGroupSize; ++k) {
+            if (q[k] == 0) continue;
+            int64_t pos = g * kGroupSize + k;
+            writer.Gap(static_cast<uint64_t>(pos - prev));
+            prev = pos;
+            if (q[k] < 0) signs[index >> 3] |= static_cast<uint8_t>(0x80 >> (index & 7));
+            ++index;
+          }
+        },
+        [](int64_t, int64_t) {});
+  }
+  writer.Finish();
+  body->insert(body->end(), positions.begin(), positions.end());
+  return Status::Ok();
+}
+
+// Value of each digit of each byte times m; zero digits give +0.
+struct ValueTable {
+  float v[243][kGroupSize];
+  ValueTable(float m) {
+    const Base3Table& t = GetBase3Table();
+    for (int b = 0; b < 243; ++b) {
+      for (int k = 0; k < kGroupSize; ++k) {
+        v[b][k] = t.q[b][k] > 0 ? m : (t.q[b][k] < 0 ? -m : 0.0f);
+      }
+    }
+  }
+};
+
+Status DecodeZeroRun(const uint8_t* code, int64_t len, float m, int64_t n, bool accumulate,
+                     const Executor& exec, float* out) {
+  const int64_t groups = PackedSize(n);
+  ZreDecodePlan plan;
+  TLC_RETURN_IF_ERROR(PlanZreDecode(code, len, groups, exec, &plan));
+  if (len > 0 && code[len - 1] < kShortRunBase && !PaddingIsZero(code[len - 1], n)) {
+    return Status::Invalid("3lc: padding digits of the last group are not zero");
+  }
+  const ValueTable values(m);
+  const Base3Table& table = GetBase3Table();
+  const int64_t last = groups - 1;
+  const int64_t tail = n - last * kGroupSize;  // elements in the last group
+  const int64_t tasks = static_cast<int64_t>(plan.code_begin.size()) - 1;
+  exec.ParallelFor(tasks, [&](int64_t t) {
+    ZreVisit(
+        code, plan.code_begin[t], plan.code_begin[t + 1], plan.group_begin[t],
+        [&](int64_t g, uint8_t b) {
+          float* o = out + g * kGroupSize;
+          const int64_t count = g == last ? tail : kGroupSize;
+          if (accumulate) {
+            for (int64_t k = 0; k < count; ++k) {
+              if (table.q[b][k] != 0) o[k] += values.v[b][k];
+            }
+          } else if (count == kGroupSize) {
+            std::memcpy(o, values.v[b], sizeof(float) * kGroupSize);
+          } else {
+            std::memcpy(o, values.v[b], sizeof(float) * count);
+          }
+        },
+        [&](int64_t g, int64_t k) {
+          if (accumulate) return;
+          int64_t first = g * kGroupSize;
+          int64_t count = std::min(k * kGroupSize, n - first);
+          std::memset(out + first, 0, sizeof(float) * count);
+        });
+  });
+  return Status::Ok();
+}
+
+Status DecodeGolombSigns(const uint8_t* body, int64_t len, float m, int64_t n, bool accumulate,
+                         const Executor& exec, float* out) {
+  if (len < 1) return Status::Invalid("3lc: golomb payload is empty");
+  const int b = body[0];
+  if (b > kMaxGolombB) return Status::Invalid("3lc: golomb parameter above 31");
+  int64_t pos = 1;
+  uint64_t count;
+  TLC_RETURN_IF_ERROR(GetVarint(body, len, &pos, &count));
+  if (count > static_cast<uint64_t>(n)) {
+    return Status::Invalid("3lc: " + std::to_string(count) + " non-zeros for " +
+                           std::to_string(n) + " elements");
+  }
+  const int64_t sign_bytes = static_cast<int64_t>((count + 7) / 8);
+  if (len - pos < sign_bytes) return Status::Invalid("3lc: truncated sign bits");
+  const uint8_t* signs = body + pos;
+  if ((count & 7) != 0 && (signs[sign_bytes - 1] & (0xFF >> (count & 7))) != 0) {
+    return Status::Invalid("3lc: sign padding bits are not zero");
+  }
+  pos += sign_bytes;
+  std::vector<int64_t> positions(count);
+  GolombReader reader(body + pos, len - pos, b);
+  int64_t prev = -1;
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t d;
+    TLC_RETURN_IF_ERROR(reader.Gap(static_cast<uint64_t>(n - 1 - prev), &d));
+    prev += static_cast<int64_t>(d);
+    positions[i] = prev;
+  }
+  if (!reader.AtEnd()) return Status::Invalid("3lc: bytes left after the last position");
+  if (!accumulate) {
+    int64_t tasks = exec.NumTasks(n, kMinElementsPerTask);
+    exec.ParallelFor(tasks, [&](int64_t t) {
+      int64_t begin, end;
+      TaskRange(n, tasks, t, &begin, &end);
+      std::memset(out + begin, 0, sizeof(float) * (end - begin));
+    });
+  }
+  for (uint64_t i = 0; i < count; ++i) {
+    const bool negative = (signs[i >> 3] >> (7 - (i & 7))) & 1;
+    const float v = negative ? -m : m;
+    if (accumulate) {
+      out[positions[i]] += v;
+    } else {
+      out[positions[i]] = v;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckSparsityMultiplier(float s) {
+  if (!(s >= 1.0f && s < 2.0f)) {
+    return Status::Invalid("3lc: sparsity multiplier must be in [1, 2), got " + std::to_string(s));
+  }
+  return Status::Ok();
+}
+
+Status Compress3LC(const float* x, const float* error_in, float* error_out, int64_t n, float s,
+                   bool adaptive, const Executor& exec, const ByteAllocator& alloc,
+                   Compress3LCResult* result) {
+  TLC_RETURN_IF_ERROR(CheckSparsityMultiplier(s));
+  if (n < 0) return Status::Invalid("3lc: negative element count");
+
+  // Pass 1: M = max|x + e|; nothing is written, so a bad input changes nothing.
+  int64_t tasks = exec.NumTasks(n, kMinElementsPerTask);
+  std::vector<Pass1> partial(std::max<int64_t>(tasks, 1));
+  exec.ParallelFor(tasks, [&](int64_t t) {
+    int64_t begin, end;
+    TaskRange(n, tasks, t, &begin, &end);
+    partial[t] = MaxAbs(x, error_in, begin, end);
+  });
+  float max_abs = 0.0f;
+  for (int64_t t = 0; t < tasks; ++t) {
+    if (!partial[t].finite) {
+      return Status::Invalid("3lc: non-finite value (x + error) at element " +
+                             std::to_string(FirstNonFinite(x, error_in, n)) + " of " +
+                             std::to_string(n));
+    }
+    max_abs = std::max(max_abs, partial[t].max_abs);
+  }
+  const float m = max_abs * s;
+  if (!std::isfinite(m)) {
+    return Status::Invalid("3lc: max|x + error| * s = " + std::to_string(max_abs) + " * " +
+                           std::to_string(s) + " overflows float32");
+  }
+
+  // Pass 2: quantize, feed back the error, pack and zero-run encode per slice.
+  const int64_t groups = PackedSize(n);
+  int64_t slices = exec.NumTasks(groups, kMinElementsPerTask / kGroupSize);
+  std::vector<ZrePart> parts(slices);
+  std::vector<int64_t> part_g0(slices), nonzeros(slices);
+  exec.ParallelFor(slices, [&](int64_t t) {
+    int64_t g0, g1;
+    TaskRange(groups, slices, t, &g0, &g1);
+    part_g0[t] = g0;
+    ZreSliceEncoder enc(&parts[t], g1 - g0);
+    nonzeros[t] = QuantizeSlice(x, error_in, error_out, n, m, g0, g1, &enc);
+    enc.Finish();
+  });
+  int64_t total_nonzeros = 0;
+  for (int64_t v : nonzeros) total_nonzeros += v;
+
+  const int64_t zre_size = JoinedSize(parts);
+  std::vector<uint8_t> golomb;
+  bool use_golomb = false;
+  if (adaptive) {
+    // A position costs at least 2 bits (terminating zero and sign): skip the
+    // Golomb pass when even that cannot beat the zero-run code.
+    if (total_nonzeros * 2 < zre_size * 8) {
+      TLC_RETURN_IF_ERROR(EncodeGolombSigns(parts, part_g0, n, total_nonzeros, &golomb));
+      use_golomb = static_cast<int64_t>(golomb.size()) < zre_size;
+    }
+  }
+  const int64_t header = adaptive ? 1 : 0;
+  const int64_t size = header + (use_golomb ? static_cast<int64_t>(golomb.size()) : zre_size);
+  uint8_t* out = alloc(size);
+  if (out == nullptr && size > 0) return Status::Invalid("3lc: could not allocate the output");
+  if (adaptive) {
+    out[0] = static_cast<uint8_t>(use_golomb ? PayloadTag::kGolombSigns : PayloadTag::kZeroRun);
+  }
+  if (use_golomb) {
+    std::memcpy(out + header, golomb.data(), golomb.size());
+  } else {
+    JoinParts(parts, out + header);
+  }
+  result->m = m;
+  result->code_size = size;
+  result->nonzeros = total_nonzeros;
+  result->tag = use_golomb ? PayloadTag::kGolombSigns : PayloadTag::kZeroRun;
+  return Status::Ok();
+}
+
+Status Decompress3LC(const uint8_t* code, int64_t len, float m, int64_t n, bool adaptive,
+                     bool accumulate, const Executor& exec, float* out) {
+  if (n < 0 || len < 0) return Status::Invalid("3lc: negative size");
+  if (!std::isfinite(m) || m < 0.0f) {
+    return Status::Invalid("3lc: scale m must be finite and >= 0, got " + std::to_string(m));
+  }
+  if (!adaptive) return DecodeZeroRun(code, len, m, n, accumulate, exec, out);
+  if (len < 1) return Status::Invalid("3lc: adaptive payload has no tag byte");
+  switch (code[0]) {
+    case static_cast<uint8_t>(PayloadTag::kZeroRun):
+      return DecodeZeroRun(code + 1, len - 1, m, n, accumulate, exec, out);
+    case static_cast<uint8_t>(PayloadTag::kGolombSigns):
+      return DecodeGolombSigns(code + 1, len - 1, m, n, accumulate, exec, out);
+    default:
+      return Status::Invalid("3lc: unknown payload tag " + std::to_string(code[0]));
+  }
+}
+
+}  // namespace tlc

@@ -1,0 +1,202 @@
+// numpy front end of the codec core: tlc.codec. No TensorFlow here.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../core/base3.h"
+#include "../core/golomb.h"
+#include "../core/threelc.h"
+#include "../core/zero_run.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using ByteArray = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
+
+void Check(const tlc::Status& s) {
+  if (!s.ok()) throw py::value_error(s.message());
+}
+
+// Runs tasks on fresh std::threads; the calling thread takes task 0.
+tlc::Executor MakeExecutor(int num_threads) {
+  if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
+  tlc::Executor exec;
+  exec.num_threads = num_threads;
+  exec.run = [num_threads](int64_t n, const std::function<void(int64_t)>& task) {
+    const int64_t workers = std::min<int64_t>(n, num_threads);
+    auto body = [&](int64_t w) {
+      for (int64_t i = w; i < n; i += workers) task(i);
+    };
+    std::vector<std::thread> threads;
+    for (int64_t w = 1; w < workers; ++w) threads.emplace_back(body, w);
+    body(0);
+    for (auto& t : threads) t.join();
+  };
+  return exec;
+}
+
+// A contiguous, writable float32 array that we may update in place.
+py::array_t<float> InPlaceFloat(py::object obj, const char* name) {
+  if (!py::isinstance<py::array_t<float>>(obj)) {
+    throw py::value_error(std::string(name) + " must be a numpy float32 array");
+  }
+  auto arr = obj.cast<py::array_t<float>>();
+  if (!(arr.flags() & py::array::c_style) || !arr.writeable()) {
+    throw py::value_error(std::string(name) + " must be C-contiguous and writable");
+  }
+  return arr;
+}
+
+void CheckNonNegative(int64_t v, const char* name) {
+  if (v < 0) throw py::value_error(std::string(name) + " must be >= 0, got " + std::to_string(v));
+}
+
+py::tuple Compress3LC(FloatArray x, py::object error_obj, double s, bool adaptive,
+                      int num_threads) {
+  py::array_t<float> error = InPlaceFloat(error_obj, "error");
+  if (error.size() != x.size()) {
+    throw py::value_error("error has " + std::to_string(error.size()) + " elements, x has " +
+                          std::to_string(x.size()));
+  }
+  tlc::Executor exec = MakeExecutor(num_threads);
+  std::vector<uint8_t> code;
+  tlc::Compress3LCResult result;
+  tlc::Status status;
+  {
+    py::gil_scoped_release release;
+    status = tlc::Compress3LC(
+        x.data(), error.data(), error.mutable_data(), x.size(), static_cast<float>(s), adaptive,
+        exec,
+        [&](int64_t size) {
+          code.resize(size);
+          return code.data();
+        },
+        &result);
+  }
+  Check(status);
+  ByteArray out(static_cast<py::ssize_t>(code.size()));
+  if (!code.empty()) std::memcpy(out.mutable_data(), code.data(), code.size());
+  return py::make_tuple(out, py::module_::import("numpy").attr("float32")(result.m));
+}
+
+py::array_t<float> Decompress3LC(ByteArray code, float m, int64_t n, bool adaptive,
+                                 int num_threads) {
+  CheckNonNegative(n, "num_elements");
+  if (n > (int64_t{1} << 40)) throw py::value_error("num_elements is absurdly large");
+  tlc::Executor exec = MakeExecutor(num_threads);
+  py::array_t<float> out(static_cast<py::ssize_t>(n));
+  tlc::Status status;
+  {
+    py::gil_scoped_release release;
+    status = tlc::Decompress3LC(code.data(), code.size(), m, n, adaptive, false, exec,
+                                out.mutable_data());
+  }
+  Check(status);
+  return out;
+}
+
+void Decompress3LCAccumulate(ByteArray code, float m, py::object out_obj, bool adaptive,
+                             int num_threads) {
+  py::array_t<float> out = InPlaceFloat(out_obj, "out");
+  tlc::Executor exec = MakeExecutor(num_threads);
+  tlc::Status status;
+  {
+    py::gil_scoped_release release;
+    status = tlc::Decompress3LC(code.data(), code.size(), m, out.size(), adaptive, true, exec,
+                                out.mutable_data());
+  }
+  Check(status);
+}
+
+ByteArray PackBase3(py::array_t<int8_t, py::array::c_style | py::array::forcecast> q) {
+  ByteArray out(static_cast<py::ssize_t>(tlc::PackedSize(q.size())));
+  Check(tlc::PackBase3(q.data(), q.size(), out.mutable_data()));
+  return out;
+}
+
+py::array_t<int8_t> UnpackBase3(ByteArray packed, int64_t n) {
+  CheckNonNegative(n, "n");
+  if (packed.size() != tlc::PackedSize(n)) {
+    throw py::value_error("unpack_base3: expected " + std::to_string(tlc::PackedSize(n)) +
+                          " bytes for " + std::to_string(n) + " values, got " +
+                          std::to_string(packed.size()));
+  }
+  py::array_t<int8_t> out(static_cast<py::ssize_t>(n));
+  Check(tlc::UnpackBase3(packed.data(), packed.size(), n, out.mutable_data()));
+  return out;
+}
+
+ByteArray ZreEncode(ByteArray bytes, int num_threads) {
+  tlc::Executor exec = MakeExecutor(num_threads);
+  std::vector<uint8_t> code;
+  Check(tlc::ZreEncode(bytes.data(), bytes.size(), exec, [&](int64_t size) {
+    code.resize(size);
+    return code.data();
+  }));
+  ByteArray out(static_cast<py::ssize_t>(code.size()));
+  if (!code.empty()) std::memcpy(out.mutable_data(), code.data(), code.size());
+  return out;
+}
+
+ByteArray ZreDecode(ByteArray code, int64_t n_bytes, int num_threads) {
+  CheckNonNegative(n_bytes, "n_bytes");
+  if (n_bytes > (int64_t{1} << 40)) throw py::value_error("n_bytes is absurdly large");
+  tlc::Executor exec = MakeExecutor(num_threads);
+  ByteArray out(static_cast<py::ssize_t>(n_bytes));
+  Check(tlc::ZreDecode(code.data(), code.size(), n_bytes, exec, out.mutable_data()));
+  return out;
+}
+
+ByteArray GolombEncode(py::array_t<int64_t, py::array::c_style | py::array::forcecast> positions,
+                       int b) {
+  std::vector<uint8_t> code;
+  Check(tlc::GolombEncode(positions.data(), positions.size(), b, &code));
+  ByteArray out(static_cast<py::ssize_t>(code.size()));
+  if (!code.empty()) std::memcpy(out.mutable_data(), code.data(), code.size());
+  return out;
+}
+
+py::array_t<int64_t> GolombDecode(ByteArray code, int b, int64_t n) {
+  CheckNonNegative(n, "n");
+  std::vector<int64_t> positions;
+  Check(tlc::GolombDecode(code.data(), code.size(), b, n, &positions));
+  py::array_t<int64_t> out(static_cast<py::ssize_t>(positions.size()));
+  if (!positions.empty()) {
+    std::memcpy(out.mutable_data(), positions.data(), positions.size() * sizeof(int64_t));
+  }
+  return out;
+}
+
+int GolombBstar(double p) {
+  int b;
+  Check(tlc::GolombBstar(p, &b));
+  return b;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_codec, m) {
+  m.doc() = "3LC codec core on numpy arrays (see docs/FORMAT.md).";
+  m.def("compress_3lc", &Compress3LC, py::arg("x"), py::arg("error"),
+        py::arg("sparsity_multiplier"), py::arg("adaptive") = false, py::arg("num_threads") = 0,
+        "a = x + error; quantize; error <- a - m*q in place; return (code uint8, m float32).");
+  m.def("decompress_3lc", &Decompress3LC, py::arg("code"), py::arg("m"), py::arg("num_elements"),
+        py::arg("adaptive") = false, py::arg("num_threads") = 0, "Return m*q as float32.");
+  m.def("decompress_3lc_accumulate", &Decompress3LCAccumulate, py::arg("code"), py::arg("m"),
+        py::arg("out"), py::arg("adaptive") = false, py::arg("num_threads") = 0,
+        "out += m*q in place (elements with q == 0 are untouched).");
+  m.def("pack_base3", &PackBase3, py::arg("q"));
+  m.def("unpack_base3", &UnpackBase3, py::arg("packed"), py::arg("n"));
+  m.def("zre_encode", &ZreEncode, py::arg("packed"), py::arg("num_threads") = 0);
+  m.def("zre_decode", &ZreDecode, py::arg("code"), py::arg("n_bytes"), py::arg("num_threads") = 0);
+  m.def("golomb_encode", &GolombEncode, py::arg("positions"), py::arg("b"));
+  m.def("golomb_decode", &GolombDecode, py::arg("code"), py::arg("b"), py::arg("n"));
+  m.def("golomb_bstar", &GolombBstar, py::arg("p"));
+}

@@ -1,0 +1,279 @@
+// CPU kernels: thin adapters from TF tensors to the codec core.
+#include <cstring>
+#include <vector>
+
+#include "../core/base3.h"
+#include "../core/golomb.h"
+#include "../core/threelc.h"
+#include "../core/zero_run.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/util/work_sharder.h"
+
+namespace tlc {
+namespace {
+
+using ::tensorflow::DEVICE_CPU;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+namespace errors = ::tensorflow::errors;
+
+// Largest tensor a decoder will allocate (2^40 elements), so a hostile size
+// fails cleanly instead of exhausting memory first.
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+
+Executor TfExecutor(OpKernelContext* ctx) {
+  const auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
+  Executor exec;
+  exec.num_threads = workers->num_threads;
+  exec.run = [workers](int64_t n, const std::function<void(int64_t)>& task) {
+    // A huge cost per unit makes Shard run one task per shard.
+    ::tensorflow::Shard(workers->num_threads, workers->workers, n, int64_t{1} << 40,
+                        [&task](int64_t begin, int64_t end) {
+                          for (int64_t i = begin; i < end; ++i) task(i);
+                        });
+  };
+  return exec;
+}
+
+bool Ok(OpKernelContext* ctx, const Status& s) {
+  if (!s.ok()) ctx->CtxFailure(__FILE__, __LINE__, errors::InvalidArgument(s.message()));
+  return s.ok();
+}
+
+// Reads a scalar input, failing the op if it is not a scalar.
+template <typename T>
+bool Scalar(OpKernelContext* ctx, int index, const char* name, T* value) {
+  const Tensor& t = ctx->input(index);
+  if (!::tensorflow::TensorShapeUtils::IsScalar(t.shape())) {
+    ctx->CtxFailure(__FILE__, __LINE__,
+                    errors::InvalidArgument(name, " must be a scalar, got shape ",
+                                            t.shape().DebugString()));
+    return false;
+  }
+  *value = t.scalar<T>()();
+  return true;
+}
+
+bool Size(OpKernelContext* ctx, int index, const char* name, int64_t* value) {
+  if (!Scalar<int64_t>(ctx, index, name, value)) return false;
+  if (*value < 0 || *value > kMaxElements) {
+    ctx->CtxFailure(__FILE__, __LINE__,
+                    errors::InvalidArgument(name, " must be in [0, 2^40], got ", *value));
+    return false;
+  }
+  return true;
+}
+
+// Allocates output `index` as a byte vector once the core knows its size.
+ByteAllocator OutputBytes(OpKernelContext* ctx, int index) {
+  return [ctx, index](int64_t size) -> uint8_t* {
+    Tensor* out = nullptr;
+    if (!ctx->allocate_output(index, TensorShape({size}), &out).ok()) return nullptr;
+    return out->flat<uint8_t>().data();
+  };
+}
+
+void CopyToOutput(OpKernelContext* ctx, int index, const void* data, int64_t count,
+                  size_t elem_size, Tensor** out) {
+  OP_REQUIRES_OK(ctx, ctx->allocate_output(index, TensorShape({count}), out));
+  if (count > 0) std::memcpy((*out)->data(), data, count * elem_size);
+}
+
+class Compress3LCOp : public OpKernel {
+ public:
+  explicit Compress3LCOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("adaptive", &adaptive_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& error = ctx->input(1);
+    float s;
+    if (!Scalar<float>(ctx, 2, "sparsity_multiplier", &s)) return;
+    OP_REQUIRES(ctx, x.NumElements() == error.NumElements(),
+                errors::InvalidArgument("error has ", error.NumElements(), " elements, x has ",
+                                        x.NumElements()));
+    Tensor* new_error = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({1}, 2, error.shape(), &new_error));
+    Compress3LCResult result;
+    if (!Ok(ctx, tlc::Compress3LC(x.flat<float>().data(), error.flat<float>().data(),
+                                  new_error->flat<float>().data(), x.NumElements(), s, adaptive_,
+                                  TfExecutor(ctx), OutputBytes(ctx, 0), &result))) {
+      return;
+    }
+    Tensor* m = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &m));
+    m->scalar<float>()() = result.m;
+  }
+
+ private:
+  bool adaptive_;
+};
+
+class Decompress3LCOp : public OpKernel {
+ public:
+  explicit Decompress3LCOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("adaptive", &adaptive_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& code = ctx->input(0);
+    float m;
+    int64_t n;
+    if (!Scalar<float>(ctx, 1, "m", &m) || !Size(ctx, 2, "num_elements", &n)) return;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &out));
+    Ok(ctx, tlc::Decompress3LC(code.flat<uint8_t>().data(), code.NumElements(), m, n, adaptive_,
+                               false, TfExecutor(ctx), out->flat<float>().data()));
+  }
+
+ private:
+  bool adaptive_;
+};
+
+class Decompress3LCAccumulateOp : public OpKernel {
+ public:
+  explicit Decompress3LCAccumulateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("adaptive", &adaptive_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& base = ctx->input(0);
+    const Tensor& code = ctx->input(1);
+    float m;
+    if (!Scalar<float>(ctx, 2, "m", &m)) return;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, base.shape(), &out));
+    if (out->data() != base.data() && base.NumElements() > 0) {
+      std::memcpy(out->data(), base.data(), base.TotalBytes());
+    }
+    Ok(ctx, tlc::Decompress3LC(code.flat<uint8_t>().data(), code.NumElements(), m,
+                               base.NumElements(), adaptive_, true, TfExecutor(ctx),
+                               out->flat<float>().data()));
+  }
+
+ private:
+  bool adaptive_;
+};
+
+class PackBase3Op : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& q = ctx->input(0);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({PackedSize(q.NumElements())}), &out));
+    Ok(ctx, PackBase3(q.flat<int8_t>().data(), q.NumElements(), out->flat<uint8_t>().data()));
+  }
+};
+
+class UnpackBase3Op : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& packed = ctx->input(0);
+    int64_t n;
+    if (!Size(ctx, 1, "n", &n)) return;
+    OP_REQUIRES(ctx, packed.NumElements() == PackedSize(n),
+                errors::InvalidArgument("unpack_base3: expected ", PackedSize(n), " bytes for ", n,
+                                        " values, got ", packed.NumElements()));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &out));
+    Ok(ctx, UnpackBase3(packed.flat<uint8_t>().data(), packed.NumElements(), n,
+                        out->flat<int8_t>().data()));
+  }
+};
+
+class ZreEncodeOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& packed = ctx->input(0);
+    Ok(ctx, ZreEncode(packed.flat<uint8_t>().data(), packed.NumElements(), TfExecutor(ctx),
+                      OutputBytes(ctx, 0)));
+  }
+};
+
+class ZreDecodeOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& code = ctx->input(0);
+    int64_t n;
+    if (!Size(ctx, 1, "n_bytes", &n)) return;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &out));
+    Ok(ctx, ZreDecode(code.flat<uint8_t>().data(), code.NumElements(), n, TfExecutor(ctx),
+                      out->flat<uint8_t>().data()));
+  }
+};
+
+class GolombEncodeOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& positions = ctx->input(0);
+    int32_t b;
+    if (!Scalar<int32_t>(ctx, 1, "b", &b)) return;
+    std::vector<uint8_t> code;
+    if (!Ok(ctx, GolombEncode(positions.flat<int64_t>().data(), positions.NumElements(), b,
+                              &code))) {
+      return;
+    }
+    Tensor* out = nullptr;
+    CopyToOutput(ctx, 0, code.data(), code.size(), 1, &out);
+  }
+};
+
+class GolombDecodeOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& code = ctx->input(0);
+    int32_t b;
+    int64_t n;
+    if (!Scalar<int32_t>(ctx, 1, "b", &b) || !Size(ctx, 2, "n", &n)) return;
+    std::vector<int64_t> positions;
+    if (!Ok(ctx, GolombDecode(code.flat<uint8_t>().data(), code.NumElements(), b, n,
+                              &positions))) {
+      return;
+    }
+    Tensor* out = nullptr;
+    CopyToOutput(ctx, 0, positions.data(), positions.size(), sizeof(int64_t), &out);
+  }
+};
+
+class GolombBstarOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    double p;
+    if (!Scalar<double>(ctx, 0, "p", &p)) return;
+    int b;
+    if (!Ok(ctx, GolombBstar(p, &b))) return;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int32_t>()() = b;
+  }
+};
+
+#define TLC_KERNEL(name, cls) \
+  REGISTER_KERNEL_BUILDER(Name(name).Device(DEVICE_CPU), cls)
+TLC_KERNEL("TlcCompress3LC", Compress3LCOp);
+TLC_KERNEL("TlcDecompress3LC", Decompress3LCOp);
+TLC_KERNEL("TlcDecompress3LCAccumulate", Decompress3LCAccumulateOp);
+TLC_KERNEL("TlcPackBase3", PackBase3Op);
+TLC_KERNEL("TlcUnpackBase3", UnpackBase3Op);
+TLC_KERNEL("TlcZreEncode", ZreEncodeOp);
+TLC_KERNEL("TlcZreDecode", ZreDecodeOp);
+TLC_KERNEL("TlcGolombEncode", GolombEncodeOp);
+TLC_KERNEL("TlcGolombDecode", GolombDecodeOp);
+TLC_KERNEL("TlcGolombBstar", GolombBstarOp);
+#undef TLC_KERNEL
+
+}  // namespace
+}  // namespace tlc

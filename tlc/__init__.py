@@ -1,0 +1,1 @@
+"""tlc: 3LC gradient compression for TensorFlow parameter-server training."""

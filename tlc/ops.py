@@ -1,0 +1,73 @@
+"""3LC codecs as TensorFlow ops (CPU kernels in custom_ops/tf).
+
+Same functions and bytes as tlc.codec. Every process that runs these ops,
+parameter servers included, must import this module so the kernels are
+registered.
+"""
+import os
+
+import tensorflow as tf
+
+_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_tlc_ops.so")
+if not os.path.exists(_LIBRARY):
+    raise ImportError(
+        f"{_LIBRARY} is missing: build it with `python setup.py build_ext --inplace` "
+        "or `pip install --no-build-isolation .`")
+_ops = tf.load_op_library(_LIBRARY)
+
+
+def compress_3lc(x, error, sparsity_multiplier, adaptive=False, name=None):
+    """Returns (code, m, new_error); new_error = x + error - m*q.
+
+    If `error` is a tf.Variable it is updated in place (the op's output is
+    assigned back), and (code, m) is returned instead.
+    """
+    if isinstance(error, tf.Variable):
+        code, m, new_error = _ops.tlc_compress3lc(
+            tf.reshape(x, [-1]), tf.reshape(error.read_value(), [-1]),
+            tf.cast(sparsity_multiplier, tf.float32), adaptive=adaptive, name=name)
+        update = error.assign(tf.reshape(new_error, tf.shape(error)), read_value=False)
+        with tf.control_dependencies([update]):
+            return tf.identity(code), tf.identity(m)
+    return _ops.tlc_compress3lc(tf.reshape(x, [-1]), tf.reshape(error, [-1]),
+                                tf.cast(sparsity_multiplier, tf.float32), adaptive=adaptive,
+                                name=name)
+
+
+def decompress_3lc(code, m, num_elements, adaptive=False, name=None):
+    """Returns m*q as a float32 vector of num_elements."""
+    return _ops.tlc_decompress3lc(code, m, tf.cast(num_elements, tf.int64), adaptive=adaptive,
+                                  name=name)
+
+
+def decompress_3lc_accumulate(base, code, m, adaptive=False, name=None):
+    """Returns base + m*q (elements with q == 0 keep base's value)."""
+    return _ops.tlc_decompress3lc_accumulate(base, code, m, adaptive=adaptive, name=name)
+
+
+def pack_base3(q, name=None):
+    return _ops.tlc_pack_base3(tf.reshape(q, [-1]), name=name)
+
+
+def unpack_base3(packed, n, name=None):
+    return _ops.tlc_unpack_base3(packed, tf.cast(n, tf.int64), name=name)
+
+
+def zre_encode(packed, name=None):
+    return _ops.tlc_zre_encode(packed, name=name)
+
+
+def zre_decode(code, n_bytes, name=None):
+    return _ops.tlc_zre_decode(code, tf.cast(n_bytes, tf.int64), name=name)
+
+
+def golomb_encode(positions, b, name=None):
+    return _ops.tlc_golomb_encode(tf.cast(positions, tf.int64), tf.cast(b, tf.int32), name=name)
+
+
+def golomb_decode(code, b, n, name=None):
+    return _ops.tlc_golomb_decode(code, tf.cast(b, tf.int32), tf.cast(n, tf.int64), name=name)
+
+
+def golomb_bstar(p, name=None):
+    return _ops.tlc_golomb_bstar(tf.cast(p, tf.float64), name=name)
