@@ -1,0 +1,10 @@
+"""Compressors registered by name; see base.py for the interface."""
+from tlc.compressors.base import (  # noqa: F401
+    Compressor,
+    ErrorFeedback,
+    create,
+    names,
+    payload_bytes,
+    register,
+)
+from tlc.compressors.threelc import Float32, ThreeLC  # noqa: F401

@@ -1,0 +1,103 @@
+"""The compressor interface every scheme plugs into, and the registry.
+
+A compressor turns a flat float32 tensor into a *payload* (a tuple of
+tensors: the only things that cross the network) and back. The optimizer
+calls `compress` on the sending device and `decompress` / `accumulate` on the
+receiving one, so only payload tensors travel.
+
+Schemes with error memory get a per-tensor `memory` variable from the
+optimizer (on the sender's host CPU); `ErrorFeedback` adds memory to any
+compressor that has none of its own.
+"""
+import abc
+
+import tensorflow as tf
+
+_REGISTRY = {}
+
+
+def register(name):
+    """Class decorator: makes a compressor constructible by name."""
+
+    def wrap(cls):
+        if name in _REGISTRY:
+            raise ValueError(f"compressor {name!r} registered twice")
+        cls.registered_name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def names():
+    return sorted(_REGISTRY)
+
+
+def create(name, **kwargs):
+    """Builds a registered compressor; unknown names list the known ones."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown compressor {name!r}; known: {', '.join(names())}")
+    return _REGISTRY[name](**kwargs)
+
+
+class Compressor(abc.ABC):
+    """compress(x[, memory]) -> payload; decompress(payload, n) -> x_hat."""
+
+    registered_name = None
+    # True if compress() wants a float32 `memory` variable the size of x.
+    uses_memory = False
+
+    @abc.abstractmethod
+    def compress(self, x, memory=None):
+        """x: flat float32 tensor. Returns a tuple of tensors.
+
+        With `memory` (a tf.Variable), updates it to what was not sent, so that
+        decompress(payload) + new memory == x + old memory.
+        """
+
+    @abc.abstractmethod
+    def decompress(self, payload, num_elements):
+        """Returns the flat float32 tensor the payload stands for."""
+
+    def accumulate(self, base, payload):
+        """base + decompress(payload); schemes override it to skip the temporary."""
+        return base + self.decompress(payload, tf.size(base, out_type=tf.int64))
+
+    def describe(self):
+        return self.registered_name or type(self).__name__
+
+
+def payload_bytes(payload):
+    """Bytes a payload occupies on the wire (sum of its tensors' sizes)."""
+    total = tf.constant(0, tf.int64)
+    for t in payload:
+        total += tf.size(t, out_type=tf.int64) * t.dtype.size
+    return total
+
+
+class ErrorFeedback(Compressor):
+    """Wraps a compressor with error memory: sends C(x + e), keeps the rest in e."""
+
+    uses_memory = True
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def compress(self, x, memory=None):
+        if memory is None:
+            return self.inner.compress(x)
+        corrected = x + memory.read_value()
+        payload = self.inner.compress(corrected)
+        sent = self.inner.decompress(payload, tf.size(corrected, out_type=tf.int64))
+        update = memory.assign(corrected - sent, read_value=False)
+        with tf.control_dependencies([update]):
+            return tuple(tf.identity(t) for t in payload)
+
+    def decompress(self, payload, num_elements):
+        return self.inner.decompress(payload, num_elements)
+
+    def accumulate(self, base, payload):
+        return self.inner.accumulate(base, payload)
+
+    def describe(self):
+        return self.inner.describe() + "+ef"

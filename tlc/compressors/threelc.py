@@ -1,0 +1,55 @@
+"""3LC (and the uncompressed float32 baseline) as compressors."""
+import tensorflow as tf
+
+from tlc import ops
+from tlc.compressors.base import Compressor, register
+
+
+@register("float32")
+class Float32(Compressor):
+    """No compression: the payload is the tensor itself."""
+
+    def compress(self, x, memory=None):
+        return (tf.identity(x),)
+
+    def decompress(self, payload, num_elements):
+        return payload[0]
+
+    def accumulate(self, base, payload):
+        return base + payload[0]
+
+
+@register("3lc")
+class ThreeLC(Compressor):
+    """3-value quantization, sparsity multiplier s in [1, 2), error feedback.
+
+    `adaptive` (default) lets each tensor and step pick the smaller of the
+    zero-run and the Golomb/sign encodings (docs/FORMAT.md).
+    """
+
+    uses_memory = True
+
+    def __init__(self, sparsity_multiplier=1.0, adaptive=True):
+        s = float(sparsity_multiplier)
+        if not 1.0 <= s < 2.0:
+            raise ValueError(f"3lc: sparsity_multiplier must be in [1, 2), got {s}")
+        self.sparsity_multiplier = s
+        self.adaptive = bool(adaptive)
+
+    def compress(self, x, memory=None):
+        if memory is None:
+            code, m, _ = ops.compress_3lc(x, tf.zeros_like(x), self.sparsity_multiplier,
+                                          adaptive=self.adaptive)
+            return code, m
+        return ops.compress_3lc(x, memory, self.sparsity_multiplier, adaptive=self.adaptive)
+
+    def decompress(self, payload, num_elements):
+        code, m = payload
+        return ops.decompress_3lc(code, m, num_elements, adaptive=self.adaptive)
+
+    def accumulate(self, base, payload):
+        code, m = payload
+        return ops.decompress_3lc_accumulate(base, code, m, adaptive=self.adaptive)
+
+    def describe(self):
+        return f"3lc(s={self.sparsity_multiplier:g}{', zre' if not self.adaptive else ''})"
