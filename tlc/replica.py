@@ -1,0 +1,51 @@
+"""Worker-local model copies.
+
+Inside `local_copies(worker_device)`, every trainable variable the model
+creates becomes two: a *master* on its parameter server (non-trainable, saved
+in checkpoints, updated by the inner optimizer) and a *local copy* on the
+worker (trainable, what the forward and backward pass read). The optimizer
+maps gradients of local copies to their masters and keeps the copies in sync
+with compressed model deltas.
+"""
+import contextlib
+
+import tensorflow as tf
+
+MASTERS = "tlc_masters"  # graph collection of master variables
+
+
+def master_of(var):
+    """The master variable behind a local copy, or None for ordinary variables."""
+    return getattr(var, "_tlc_master", None)
+
+
+def host_device(device):
+    """The host CPU of the task that owns `device` (error buffers live there)."""
+    spec = tf.DeviceSpec.from_string(device or "")
+    return spec.replace(device_type="CPU", device_index=0).to_string()
+
+
+@contextlib.contextmanager
+def local_copies(worker_device):
+    """Creates trainable variables as PS masters with worker-local copies."""
+
+    def creator(next_creator, **kwargs):
+        if not kwargs.get("trainable", True):
+            return next_creator(**kwargs)
+        kwargs["trainable"] = False
+        kwargs["collections"] = [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, MASTERS]
+        master = next_creator(**kwargs)
+        with tf.device(worker_device):
+            # next_creator, not tf.Variable: this scope must not see it again.
+            local = next_creator(
+                initial_value=tf.zeros(master.shape, master.dtype.base_dtype),
+                trainable=True,
+                collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+                name=master.op.name + "/local",
+                dtype=master.dtype.base_dtype,
+                use_resource=True)
+        local._tlc_master = master  # pylint: disable=protected-access
+        return local
+
+    with tf.compat.v1.variable_creator_scope(creator):
+        yield
