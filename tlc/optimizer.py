@@ -168,6 +168,16 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
                 "float32_bytes_per_step": self._float32_bytes_per_step}
 
     @property
+    def local_version(self):
+        """Reads the model version (global step) this worker's copy is at."""
+        return self._local_version.read_value()
+
+    @property
+    def version_after_step(self):
+        """Fetch with the train op: the worker's model version after the step."""
+        return self._version_after_step
+
+    @property
     def pull_compressions(self):
         """PS counter: pull compressions run so far (one per compressed variable per step)."""
         return self._pull_compressions
@@ -350,7 +360,10 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
                 ]
             with tf.control_dependencies(bookkeeping):
                 self._needs_full_sync = tf.logical_not(found, name="tlc_needs_full_sync")
-            return tf.group(self._needs_full_sync, name="tlc_train_op")
+                self._version_after_step = tf.identity(new_version, name="tlc_version_after_step")
+            self._train_op = tf.group(self._needs_full_sync, self._version_after_step,
+                                      name="tlc_train_op")
+            return self._train_op
 
     def _replay(self, records, steps):
         """local += delta for each logged step, in order, on the worker."""
@@ -465,8 +478,10 @@ class _SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
                                                               start=True)
 
     def before_run(self, run_context):
-        fetches = run_context.original_args.fetches
-        if _contains_op(fetches, self._opt._needs_full_sync.op.name):  # pylint: disable=protected-access
+        step_ops = {self._opt._train_op.name,  # pylint: disable=protected-access
+                    self._opt._needs_full_sync.op.name,  # pylint: disable=protected-access
+                    self._opt._version_after_step.op.name}  # pylint: disable=protected-access
+        if _fetches_any(run_context.original_args.fetches, step_ops):
             return tf.compat.v1.train.SessionRunArgs(self._opt._needs_full_sync)  # pylint: disable=protected-access
         return None
 
@@ -483,14 +498,13 @@ class _SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
                 pass
 
 
-def _contains_op(fetches, needs_sync_name):
-    """True if the run fetches the train op (which depends on needs_full_sync)."""
+def _fetches_any(fetches, names):
+    """True if a fetch is (or groups) one of the named ops: a training step."""
     if isinstance(fetches, (list, tuple)):
-        return any(_contains_op(f, needs_sync_name) for f in fetches)
+        return any(_fetches_any(f, names) for f in fetches)
     if isinstance(fetches, dict):
-        return any(_contains_op(f, needs_sync_name) for f in fetches.values())
+        return any(_fetches_any(f, names) for f in fetches.values())
     op = getattr(fetches, "op", fetches)
-    if isinstance(op, tf.Operation):
-        return op.name.endswith("tlc_train_op") or any(
-            i.op.name == needs_sync_name for i in op.control_inputs) or op.name == needs_sync_name
-    return False
+    if not isinstance(op, tf.Operation):
+        return False
+    return op.name in names or any(c.name in names for c in op.control_inputs)

@@ -1,0 +1,225 @@
+"""Cluster descriptions and a launcher for one process per task.
+
+A cluster description is TF's: {"ps": ["host:port", ...], "worker": [...]}
+(a JSON string, a JSON file, or TF_CONFIG's "cluster"). The first worker is
+the chief. The launcher starts every task on this machine (optionally inside
+network namespaces), writes one log per task, and stops them all on exit,
+error or Ctrl-C.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+JOBS = ("ps", "worker")
+
+
+class ClusterError(ValueError):
+    """A cluster description or task that cannot work."""
+
+
+def parse_cluster(spec):
+    """Validates a cluster description given as dict, JSON text or JSON file path."""
+    source = "cluster"
+    if isinstance(spec, str):
+        source = spec if not spec.lstrip().startswith("{") else "cluster JSON"
+        try:
+            text = spec if spec.lstrip().startswith("{") else open(spec, encoding="utf-8").read()
+            spec = json.loads(text)
+        except OSError as e:
+            raise ClusterError(f"cannot read cluster file {source}: {e}") from e
+        except json.JSONDecodeError as e:
+            raise ClusterError(f"{source} is not valid JSON: {e}") from e
+    if not isinstance(spec, dict):
+        raise ClusterError(f"{source}: expected an object with 'ps' and 'worker' lists")
+    unknown = set(spec) - set(JOBS)
+    if unknown:
+        raise ClusterError(f"{source}: unknown jobs {sorted(unknown)}; only 'ps' and 'worker'")
+    seen = set()
+    for job in JOBS:
+        hosts = spec.get(job)
+        if not isinstance(hosts, list) or not hosts:
+            raise ClusterError(f"{source}: '{job}' must be a non-empty list of host:port")
+        for address in hosts:
+            host, _, port = str(address).rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ClusterError(f"{source}: {job} address {address!r} is not host:port")
+            if address in seen:
+                raise ClusterError(f"{source}: address {address} is used twice")
+            seen.add(address)
+    return {job: list(spec[job]) for job in JOBS}
+
+
+def check_task(cluster, job_name, task_index):
+    if job_name not in JOBS:
+        raise ClusterError(f"job_name must be 'ps' or 'worker', got {job_name!r}")
+    if not 0 <= task_index < len(cluster[job_name]):
+        raise ClusterError(f"task_index {task_index} is outside the cluster's "
+                           f"{len(cluster[job_name])} {job_name} task(s)")
+
+
+def from_tf_config(text):
+    """(cluster, job_name, task_index) from a TF_CONFIG JSON string."""
+    try:
+        config = json.loads(text)
+        task = config["task"]
+        cluster = parse_cluster(config["cluster"])
+        job, index = task["type"], int(task["index"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ClusterError(f"TF_CONFIG is not usable: {e}") from e
+    if job == "chief":
+        raise ClusterError("TF_CONFIG: tlc uses worker 0 as the chief; do not list a 'chief' job")
+    check_task(cluster, job, index)
+    return cluster, job, index
+
+
+def free_ports(count, host="127.0.0.1"):
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind((host, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def local_cluster(num_ps, num_workers, hosts=None):
+    """A cluster on loopback, or on the given per-task addresses."""
+    if num_ps < 1 or num_workers < 1:
+        raise ClusterError("a cluster needs at least 1 ps and 1 worker task")
+    if hosts is None:
+        ports = free_ports(num_ps + num_workers)
+        addresses = [f"127.0.0.1:{p}" for p in ports]
+    else:
+        addresses = [f"{h}:2222" for h in hosts]
+    return {"ps": addresses[:num_ps], "worker": addresses[num_ps:]}
+
+
+def tasks(cluster):
+    return [(job, i) for job in JOBS for i in range(len(cluster[job]))]
+
+
+class Launcher:
+    """Runs one process per task; stops all of them however it ends."""
+
+    def __init__(self, cluster, command, logdir, prefix=None, echo_chief=True):
+        self.cluster = cluster
+        self.command = command          # (job, index) -> argv
+        self.prefix = prefix or (lambda job, index: [])
+        self.logdir = logdir
+        self.echo_chief = echo_chief
+        self.procs = {}
+        self._threads = []
+
+    def log_path(self, job, index):
+        return os.path.join(self.logdir, f"{job}{index}.log")
+
+    def start(self):
+        os.makedirs(self.logdir, exist_ok=True)
+        for job, index in tasks(self.cluster):
+            argv = self.prefix(job, index) + self.command(job, index)
+            log = open(self.log_path(job, index), "wb")
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True, stdin=subprocess.DEVNULL,
+                                    env=_task_env())
+            echo = self.echo_chief and (job, index) == ("worker", 0)
+            thread = threading.Thread(target=_pump, args=(proc.stdout, log, echo), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+            self.procs[(job, index)] = proc
+
+    def wait(self, timeout=None, ps_grace=5.0):
+        """Waits for the workers, then gives parameter servers ps_grace seconds.
+
+        Returns {task: exit code}; any task still running at the end is killed.
+        """
+        deadline = None if timeout is None else time.time() + timeout
+        workers = [p for (job, _), p in self.procs.items() if job == "worker"]
+        try:
+            for proc in workers:
+                remaining = None if deadline is None else max(0.0, deadline - time.time())
+                try:
+                    proc.wait(remaining)
+                except subprocess.TimeoutExpired:
+                    break
+            if any(p.returncode not in (None, 0) for p in workers):
+                ps_grace = 0.0  # a worker failed: nobody will release the PS
+            end = time.time() + ps_grace
+            for (job, _), proc in self.procs.items():
+                if job == "ps":
+                    try:
+                        proc.wait(max(0.0, end - time.time()))
+                    except subprocess.TimeoutExpired:
+                        pass
+        finally:
+            self.stop()
+        return {task: proc.returncode for task, proc in self.procs.items()}
+
+    def stop(self, grace=3.0):
+        """SIGTERM to every task's process group, SIGKILL after `grace` seconds."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                _signal_group(proc, signal.SIGTERM)
+        end = time.time() + grace
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.0, end - time.time()))
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait()
+        for thread in self._threads:
+            thread.join(timeout=1.0)
+
+    def __enter__(self):
+        self._old_handlers = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        return False
+
+    def _on_signal(self, signum, _frame):
+        self.stop()
+        raise SystemExit(128 + signum)
+
+
+def _task_env():
+    """Our environment, with this tlc importable from any working directory."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _signal_group(proc, sig):
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _pump(stream, log, echo):
+    with log:
+        for line in iter(stream.readline, b""):
+            log.write(line)
+            log.flush()
+            if echo and not _is_tf_noise(line):
+                sys.stdout.write(line.decode(errors="replace"))
+                sys.stdout.flush()
+
+
+def _is_tf_noise(line):
+    return line.startswith((b"I0000", b"W0000", b"WARNING", b"Instructions", b"  ")) or \
+        b"oneDNN" in line or b"cpu_feature_guard" in line or line.strip() == b""

@@ -1,0 +1,106 @@
+"""The embedded default: launch a whole cluster on this machine and summarise it."""
+import contextlib
+import json
+import os
+import sys
+import time
+
+from tlc import cluster as cl
+
+# Flags that describe the task, set per process by the launcher.
+_TASK_FLAGS = ("--cluster", "--job_name", "--task_index", "--logdir")
+
+
+def task_command(spec, job, index, logdir, argv):
+    """The command line of one task: the user's flags plus where it stands."""
+    forwarded = [a for a in argv if not a.startswith(_TASK_FLAGS)]
+    return [sys.executable, "-m", "tlc.train", *forwarded, f"--cluster={json.dumps(spec)}",
+            f"--job_name={job}", f"--task_index={index}", f"--logdir={logdir}"]
+
+
+def default_logdir():
+    return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
+
+
+def summarize(logdir, spec, codes, wall_seconds):
+    """Combines the workers' reports into one summary (also written to summary.json)."""
+    reports = []
+    for index in range(len(spec["worker"])):
+        path = os.path.join(logdir, f"worker{index}.json")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                reports.append(json.load(f))
+    pushed = sum(r["bytes_pushed"] for r in reports)
+    pulled = sum(r["bytes_pulled"] for r in reports)
+    worker_steps = sum(r["worker_steps"] for r in reports)
+    float32 = sum(r["float32_bytes_per_step"] * r["worker_steps"] for r in reports)
+    chief = next((r for r in reports if r["task"] == 0), {})
+    summary = {
+        "ok": all(c == 0 for c in codes.values()) and len(reports) == len(spec["worker"]),
+        "exit_codes": {f"{job}{index}": c for (job, index), c in codes.items()},
+        "model": chief.get("model"),
+        "compressor": chief.get("compressor"),
+        "global_step": chief.get("global_step"),
+        "test_accuracy": chief.get("test_accuracy"),
+        "final_loss": chief.get("final_loss"),
+        "bytes_pushed": pushed,
+        "bytes_pulled": pulled,
+        "float32_bytes_each_way": float32,
+        "push_ratio": float32 / pushed if pushed else None,
+        "pull_ratio": float32 / pulled if pulled else None,
+        "compression_ratio": 2 * float32 / (pushed + pulled) if pushed + pulled else None,
+        "worker_steps": worker_steps,
+        "pull_compressions": chief.get("pull_compressions"),
+        "wall_seconds": round(wall_seconds, 2),
+        "train_seconds": chief.get("train_seconds"),
+        "logdir": logdir,
+    }
+    with open(os.path.join(logdir, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+    return summary
+
+
+@contextlib.contextmanager
+def _network(flags, num_tasks):
+    """Yields per-task addresses and command prefixes (namespaces with --netem_rate)."""
+    if not flags.netem_rate:
+        yield None, None
+        return
+    from tlc import netem  # pylint: disable=import-outside-toplevel
+    ok, reason = netem.netem_available()
+    if not ok:
+        raise SystemExit(f"--netem_rate needs network namespaces: {reason}")
+    with netem.SlowNetwork(num_tasks, rate=flags.netem_rate, delay=flags.netem_delay) as net:
+        yield net, [ip for _, ip in net.hosts]
+
+
+def launch(flags, argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logdir = flags.logdir or default_logdir()
+    os.makedirs(logdir, exist_ok=True)
+    # The data must be there before any process starts: fail once, clearly.
+    from tlc import data  # pylint: disable=import-outside-toplevel
+    data.check_available(flags.dataset, flags.data_dir)
+    num_tasks = flags.num_ps + flags.num_workers
+    with _network(flags, num_tasks) as (net, addresses):
+        spec = cl.local_cluster(flags.num_ps, flags.num_workers, hosts=addresses)
+        order = cl.tasks(spec)
+        prefix = None
+        if net is not None:
+            prefix = lambda job, index: net.command_prefix(order.index((job, index)))  # noqa: E731
+        print(f"tlc: launching {flags.num_ps} ps + {flags.num_workers} workers "
+              f"({flags.compressor}, {flags.dataset}); logs in {logdir}", flush=True)
+        start = time.time()
+        with cl.Launcher(spec, lambda job, index: task_command(spec, job, index, logdir, argv),
+                         logdir, prefix=prefix) as launcher:
+            codes = launcher.wait(timeout=flags.timeout)
+        summary = summarize(logdir, spec, codes, time.time() - start)
+        if net is not None:
+            summary["wire_bytes"] = {f"{job}{index}": net.counters(i)
+                                     for i, (job, index) in enumerate(order)}
+    print(json.dumps(summary, indent=1), flush=True)
+    if not summary["ok"]:
+        failed = [t for t, c in summary["exit_codes"].items() if c != 0]
+        print(f"tlc: tasks {failed} failed; see their logs in {logdir}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,161 @@
+"""One task of a training cluster: a parameter server or a worker."""
+import json
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tlc import data, models, replica
+from tlc.optimizer import SyncReplicasOptimizer
+from tlc.session import training_session
+
+DONE_QUEUE = "tlc_done_ps{}"
+
+
+def run(spec, job, index, flags):
+    """Runs the task until training ends; returns the process exit code."""
+    tf.compat.v1.disable_eager_execution()
+    import tlc.ops  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    cluster = tf.train.ClusterSpec(spec)
+    own = f"/job:{job}/task:{index}"
+    # A task only talks to the parameter servers and itself, so it neither
+    # waits for nor depends on other workers.
+    config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", own] if job == "worker" else [own])
+    server = tf.distribute.Server(cluster, job_name=job, task_index=index, config=config)
+    if job == "ps":
+        return _run_ps(server, spec, index, config)
+    return _run_worker(server, cluster, spec, index, config, flags)
+
+
+def _done_queue(ps_index):
+    with tf.device(f"/job:ps/task:{ps_index}"):
+        return tf.queue.FIFOQueue(-1, tf.int32, shapes=(), shared_name=DONE_QUEUE.format(ps_index),
+                                  name=f"tlc_done_ps{ps_index}")
+
+
+def _run_ps(server, spec, index, config):
+    """Serves variables until every worker has said it is done."""
+    done = _done_queue(index).dequeue_many(len(spec["worker"]))
+    with tf.compat.v1.Session(server.target, config=config) as sess:
+        sess.run(done)
+    print(f"ps {index}: all {len(spec['worker'])} workers done", flush=True)
+    return 0
+
+
+def make_inner_optimizer(flags):
+    if flags.optimizer == "sgd":
+        return tf.compat.v1.train.GradientDescentOptimizer(flags.learning_rate)
+    if flags.optimizer == "momentum":
+        return tf.compat.v1.train.MomentumOptimizer(flags.learning_rate, flags.momentum)
+    return tf.compat.v1.train.AdamOptimizer(flags.learning_rate)
+
+
+def _run_worker(server, cluster, spec, index, config, flags):
+    from tlc.train import compressor_from_flags  # pylint: disable=import-outside-toplevel
+    is_chief = index == 0
+    num_workers = len(spec["worker"])
+    dataset = data.load(flags.dataset, flags.data_dir)
+    model_name = flags.model or dataset.default_model
+    batches = data.Batcher(dataset.train_x, dataset.train_y, flags.batch_size,
+                           seed=flags.seed * 1000 + index)
+    worker = f"/job:worker/task:{index}"
+    tf.compat.v1.set_random_seed(flags.seed)
+    with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(cluster=cluster,
+                                                                      worker_device=worker)):
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        images = tf.compat.v1.placeholder(tf.float32, (None,) + dataset.train_x.shape[1:], "images")
+        labels = tf.compat.v1.placeholder(tf.int64, (None,), "labels")
+        with replica.local_copies(worker), \
+                tf.compat.v1.variable_scope("model", reuse=tf.compat.v1.AUTO_REUSE):
+            logits = models.build(model_name, images, dataset.num_classes, training=True)
+            eval_logits = models.build(model_name, images, dataset.num_classes, training=False)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=labels, logits=logits))
+        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(eval_logits, 1), labels), tf.int64))
+        sync = SyncReplicasOptimizer(
+            make_inner_optimizer(flags),
+            replicas_to_aggregate=num_workers - flags.backup_workers,
+            total_num_replicas=num_workers,
+            compressor=compressor_from_flags(flags.compressor, flags),
+            pull_compressor=(compressor_from_flags(flags.pull_compressor, flags)
+                             if flags.pull_compressor else None),
+            compress_threshold=flags.compress_threshold)
+        train_op = sync.minimize(loss, global_step=global_step)
+        extra_updates = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
+        if extra_updates:
+            train_op = tf.group(train_op, *extra_updates)
+        say_done = [_done_queue(i).enqueue(index) for i in range(len(spec["ps"]))]
+
+    logdir = flags.logdir
+    writer = tf.compat.v1.summary.FileWriter(os.path.join(logdir, "tensorboard")) if is_chief \
+        else None
+    checkpoint_dir = os.path.join(logdir, "checkpoints") if is_chief else None
+    hooks = [sync.make_session_run_hook(is_chief)]
+    traffic = sync.traffic
+    start = time.time()
+    summary = {"task": index, "model": model_name, "compressor": sync.compressor.describe()}
+    with training_session(server.target, is_chief, hooks, checkpoint_dir=checkpoint_dir,
+                          save_checkpoint_steps=flags.checkpoint_steps or None,
+                          config=config) as sess:
+        step = sess.run(sync.local_version)
+        first_step, last = step, {"time": time.time(), "step": step,
+                                  **sess.run({k: traffic[k] for k in ("bytes_pushed", "bytes_pulled",
+                                                                     "worker_steps")})}
+        loss_value = float("nan")
+        while step < flags.steps:
+            x, y = batches.next()
+            _, loss_value, step = sess.run([train_op, loss, sync.version_after_step],
+                                           {images: x, labels: y})
+            if not np.isfinite(loss_value):
+                raise FloatingPointError(f"worker {index}: loss is {loss_value} at step {step}")
+            if is_chief and (step // flags.log_every > last["step"] // flags.log_every
+                             or step >= flags.steps):
+                last = _report(sess, traffic, step, loss_value, last, flags, writer)
+        counters = sess.run(traffic)
+        summary.update({k: int(v) for k, v in counters.items()})
+        summary.update(global_step=int(step), first_step=int(first_step),
+                       final_loss=float(loss_value), train_seconds=time.time() - start)
+        if is_chief:
+            summary["pull_compressions"] = int(sess.run(sync.pull_compressions))
+            summary["compressed_variables"] = len(sync.compressed_variables)
+            summary["test_accuracy"] = _evaluate(sess, correct, images, labels, dataset,
+                                                 flags.eval_batch)
+            print(f"test accuracy {summary['test_accuracy']:.4f}", flush=True)
+        for op in say_done:
+            sess.run(op)
+    if writer is not None:
+        writer.close()
+    with open(os.path.join(logdir, f"worker{index}.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+    return 0
+
+
+def _report(sess, traffic, step, loss_value, last, flags, writer):
+    now = time.time()
+    counters = sess.run({k: traffic[k] for k in ("bytes_pushed", "bytes_pulled", "worker_steps")})
+    steps = max(1, counters["worker_steps"] - last["worker_steps"])
+    push = (counters["bytes_pushed"] - last["bytes_pushed"]) / steps
+    pull = (counters["bytes_pulled"] - last["bytes_pulled"]) / steps
+    float32 = sess.run(traffic["float32_bytes_per_step"])
+    ratio = 2 * float32 / max(1.0, push + pull)
+    rate = (step - last["step"]) / max(1e-9, now - last["time"])
+    print(f"step {step:6d}/{flags.steps}  {rate:6.2f} steps/s  loss {loss_value:.4f}  "
+          f"push {push / 1024:9.1f} KiB/step  pull {pull / 1024:9.1f} KiB/step  "
+          f"ratio {ratio:7.1f}x", flush=True)
+    if writer is not None:
+        values = {"loss": loss_value, "steps_per_sec": rate, "push_bytes_per_step": push,
+                  "pull_bytes_per_step": pull, "compression_ratio": ratio}
+        writer.add_summary(tf.compat.v1.Summary(value=[
+            tf.compat.v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items()]),
+            step)
+        writer.flush()
+    return {"time": now, "step": step, **counters}
+
+
+def _evaluate(sess, correct, images, labels, dataset, batch):
+    total = 0
+    for begin in range(0, len(dataset.test_x), batch):
+        total += sess.run(correct, {images: dataset.test_x[begin:begin + batch],
+                                    labels: dataset.test_y[begin:begin + batch]})
+    return total / len(dataset.test_x)
