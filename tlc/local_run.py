@@ -74,21 +74,25 @@ def _network(flags, num_tasks):
         yield net, [ip for _, ip in net.hosts]
 
 
-def launch(flags, argv=None):
+def launch(flags, argv=None, spec=None):
+    """Runs every task on this machine: of `spec`, or of a fresh loopback cluster."""
     argv = list(sys.argv[1:] if argv is None else argv)
     logdir = flags.logdir or default_logdir()
     os.makedirs(logdir, exist_ok=True)
     # The data must be there before any process starts: fail once, clearly.
     from tlc import data  # pylint: disable=import-outside-toplevel
     data.check_available(flags.dataset, flags.data_dir)
-    num_tasks = flags.num_ps + flags.num_workers
+    if spec is not None and flags.netem_rate:
+        raise SystemExit("--netem_rate makes its own addresses; do not combine it with --cluster")
+    num_tasks = flags.num_ps + flags.num_workers if spec is None else len(cl.tasks(spec))
     with _network(flags, num_tasks) as (net, addresses):
-        spec = cl.local_cluster(flags.num_ps, flags.num_workers, hosts=addresses)
+        if spec is None:
+            spec = cl.local_cluster(flags.num_ps, flags.num_workers, hosts=addresses)
         order = cl.tasks(spec)
         prefix = None
         if net is not None:
             prefix = lambda job, index: net.command_prefix(order.index((job, index)))  # noqa: E731
-        print(f"tlc: launching {flags.num_ps} ps + {flags.num_workers} workers "
+        print(f"tlc: launching {len(spec['ps'])} ps + {len(spec['worker'])} workers "
               f"({flags.compressor}, {flags.dataset}); logs in {logdir}", flush=True)
         start = time.time()
         with cl.Launcher(spec, lambda job, index: task_command(spec, job, index, logdir, argv),

@@ -125,6 +125,7 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
             self._build_chief_update(aggregated)
             train_op = self._build_worker_step(push_ops, push_bytes)
         self._build_full_sync()
+        self._build_consistency_check()
         self._build_init_ops()
         self._gradients_applied = True
         return train_op
@@ -405,6 +406,27 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
         with tf.device(self._worker_host):
             assigns.append(self._local_version.assign(before, read_value=False))
         self._full_sync = (before, after, tf.group(*assigns))
+
+    def _build_consistency_check(self):
+        """(server version, local version, bitwise local == shadow) for tests and tools."""
+        with tf.device(self._global_step.device):
+            server = tf.cast(self._global_step.read_value(), tf.int64)
+        same = []
+        with tf.device(self._worker_host):
+            for entry in self._entries:
+                if entry.compressed and entry.has_local_copy:
+                    local = tf.bitcast(entry.local.read_value(), tf.int32)
+                    same.append(tf.reduce_all(tf.equal(local, tf.bitcast(
+                        entry.shadow.read_value(), tf.int32))))
+            self._consistency = (server, self._local_version.read_value(),
+                                 tf.reduce_all(tf.stack(same)) if same else tf.constant(True))
+
+    def local_copy_check(self, session):
+        """Whether this worker's compressed local copies equal the server's
+        shadow bit for bit; None if the server moved on meanwhile."""
+        server, local, same = session.run(self._consistency)
+        return {"server_version": int(server), "local_version": int(local),
+                "equal": bool(same) if server == local else None}
 
     def _build_init_ops(self):
         gs = self._global_step

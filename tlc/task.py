@@ -116,6 +116,7 @@ def _run_worker(server, cluster, spec, index, config, flags):
         summary.update({k: int(v) for k, v in counters.items()})
         summary.update(global_step=int(step), first_step=int(first_step),
                        final_loss=float(loss_value), train_seconds=time.time() - start)
+        summary["local_copy_check"] = sync.local_copy_check(sess)
         if is_chief:
             summary["pull_compressions"] = int(sess.run(sync.pull_compressions))
             summary["compressed_variables"] = len(sync.compressed_variables)

@@ -3,6 +3,7 @@
   python -m tlc.train                      # embedded default: 1 PS + 2 workers
   python -m tlc.train --flagfile=configs/3lc_s1.75.cfg
   python -m tlc.train --cluster=cluster.json --job_name=worker --task_index=0
+  python -m tlc.train --cluster=cluster.json   # every task of it, on this machine
 
 With no cluster (no --cluster, no TF_CONFIG) this process launches the
 cluster itself on this machine and prints the chief's progress and a JSON
@@ -20,7 +21,8 @@ FLAGS = flags.FLAGS
 # Cluster.
 flags.DEFINE_string("cluster", None, "Cluster JSON (text or file); default: TF_CONFIG, else a "
                     "local cluster launched by this process.")
-flags.DEFINE_string("job_name", None, "ps or worker (with --cluster).")
+flags.DEFINE_string("job_name", None, "ps or worker (with --cluster); without it, all tasks of "
+                    "--cluster are launched on this machine.")
 flags.DEFINE_integer("task_index", 0, "Task index within the job (with --cluster).")
 flags.DEFINE_integer("num_ps", 1, "Parameter servers of the embedded local cluster.")
 flags.DEFINE_integer("num_workers", 2, "Workers of the embedded local cluster.")
@@ -95,8 +97,9 @@ def main(argv):
     if FLAGS.cluster:
         from tlc import cluster as cl  # pylint: disable=import-outside-toplevel
         spec = cl.parse_cluster(FLAGS.cluster)
-        if FLAGS.job_name is None:
-            raise app.UsageError("--cluster needs --job_name and --task_index")
+        if FLAGS.job_name is None:  # every task of the description, on this machine
+            from tlc import local_run  # pylint: disable=import-outside-toplevel
+            return local_run.launch(FLAGS, spec=spec)
         cl.check_task(spec, FLAGS.job_name, FLAGS.task_index)
         return run_task(spec, FLAGS.job_name, FLAGS.task_index)
     if os.environ.get("TF_CONFIG"):
