@@ -222,10 +222,8 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
             sender = replica.host_device(var.device if entry.has_local_copy else self._worker_host)
             with tf.device(sender):
                 if entry.compressed:
-                    memory = None
-                    if self._compressor.uses_memory:
-                        memory = self._local_variable(0, tf.float32, base + "/tlc_push_error",
-                                                      shape=[entry.num_elements])
+                    memory = self._compressor.make_memory(entry.num_elements,
+                                                          base + "/tlc_push_memory")
                     payload = self._compressor.compress(
                         tf.reshape(grad, [-1], name=base + "/tlc_push"), memory)
                     push_bytes += payload_bytes(payload)

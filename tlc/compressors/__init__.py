@@ -4,6 +4,7 @@ from tlc.compressors.base import (  # noqa: F401
     ErrorFeedback,
     create,
     names,
+    local_variable,
     payload_bytes,
     register,
 )

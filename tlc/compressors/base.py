@@ -47,6 +47,14 @@ class Compressor(abc.ABC):
     # True if compress() wants a float32 `memory` variable the size of x.
     uses_memory = False
 
+    def make_memory(self, num_elements, name):
+        """Per-tensor state on the sender's host CPU, made once by the optimizer
+        (None for stateless schemes). The default is one float32 error buffer;
+        schemes with more state return any object built from local_variable()."""
+        if not self.uses_memory:
+            return None
+        return local_variable([num_elements], tf.float32, name)
+
     @abc.abstractmethod
     def compress(self, x, memory=None):
         """x: flat float32 tensor. Returns a tuple of tensors.
@@ -65,6 +73,13 @@ class Compressor(abc.ABC):
 
     def describe(self):
         return self.registered_name or type(self).__name__
+
+
+def local_variable(shape, dtype, name, initial_value=0):
+    """A worker-local, non-trainable variable (never saved, never on a PS)."""
+    return tf.compat.v1.Variable(tf.fill(shape, tf.cast(initial_value, dtype)), trainable=False,
+                                 name=name, use_resource=True,
+                                 collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
 
 
 def payload_bytes(payload):
