@@ -171,7 +171,7 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
     @property
     def local_version(self):
         """Reads the model version (global step) this worker's copy is at."""
-        return self._local_version.read_value()
+        return self._local_version_read
 
     @property
     def version_after_step(self):
@@ -278,7 +278,10 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
             if self._variable_averages is not None:
                 with tf.control_dependencies([sync_op]):
                     sync_op = self._variable_averages.apply(self._variables_to_average)
-            self._chief_queue_runner = queue_runner.QueueRunner(self._sync_token_queue, [sync_op])
+            # Closing the session at the end cancels the blocked update: not an error.
+            self._chief_queue_runner = queue_runner.QueueRunner(
+                self._sync_token_queue, [sync_op],
+                queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError))
 
     def _build_pull_compression(self, entry, step):
         """Compresses master - shadow once, applies it to the shadow, logs it."""
@@ -315,6 +318,7 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
             got_token = self._local_step.assign(token)
         with tf.device(self._worker_host):
             self._local_version = self._local_variable(0, tf.int64, "tlc_local_version")
+            self._local_version_read = self._local_version.read_value()
             self._bytes_pushed = self._local_variable(0, tf.int64, "tlc_bytes_pushed")
             self._bytes_pulled = self._local_variable(0, tf.int64, "tlc_bytes_pulled")
             self._worker_steps = self._local_variable(0, tf.int64, "tlc_worker_steps")

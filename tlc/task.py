@@ -6,7 +6,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tlc import data, models, replica
+from tlc import compressors, data, models, replica
 from tlc.optimizer import SyncReplicasOptimizer
 from tlc.session import training_session
 
@@ -43,6 +43,14 @@ def _run_ps(server, spec, index, config):
     return 0
 
 
+def compressor_from_flags(name, flags):
+    """Builds the compressor a flag names, with its flag-given parameters."""
+    if name == "3lc":
+        return compressors.create("3lc", sparsity_multiplier=flags.sparsity_multiplier,
+                                  adaptive=flags.adaptive)
+    return compressors.create(name)
+
+
 def make_inner_optimizer(flags):
     if flags.optimizer == "sgd":
         return tf.compat.v1.train.GradientDescentOptimizer(flags.learning_rate)
@@ -52,7 +60,6 @@ def make_inner_optimizer(flags):
 
 
 def _run_worker(server, cluster, spec, index, config, flags):
-    from tlc.train import compressor_from_flags  # pylint: disable=import-outside-toplevel
     is_chief = index == 0
     num_workers = len(spec["worker"])
     dataset = data.load(flags.dataset, flags.data_dir)
@@ -123,8 +130,9 @@ def _run_worker(server, cluster, spec, index, config, flags):
             summary["test_accuracy"] = _evaluate(sess, correct, images, labels, dataset,
                                                  flags.eval_batch)
             print(f"test accuracy {summary['test_accuracy']:.4f}", flush=True)
-        for op in say_done:
-            sess.run(op)
+    # Only now release the parameter servers: the session has closed cleanly.
+    with tf.compat.v1.Session(server.target, config=config) as plain:
+        plain.run(say_done)
     if writer is not None:
         writer.close()
     with open(os.path.join(logdir, f"worker{index}.json"), "w", encoding="utf-8") as f:

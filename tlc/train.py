@@ -9,10 +9,11 @@ With no cluster (no --cluster, no TF_CONFIG) this process launches the
 cluster itself on this machine and prints the chief's progress and a JSON
 summary. With a cluster it runs the one task it is told to.
 """
-import json
 import os
 import sys
-import time
+
+# Before TensorFlow is imported anywhere: keep its C++ start-up chatter out.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags
 
@@ -55,16 +56,6 @@ flags.DEFINE_integer("checkpoint_steps", 0, "Chief saves a checkpoint every this
 flags.DEFINE_integer("eval_batch", 1000, "Evaluation batch size.")
 flags.DEFINE_integer("seed", 1, "Random seed.")
 flags.DEFINE_float("timeout", 3600, "Launcher: stop the cluster after this many seconds.")
-
-
-def compressor_from_flags(name, flag_values=None):
-    """Builds the compressor a flag names, with its flag-given parameters."""
-    from tlc import compressors  # pylint: disable=import-outside-toplevel
-    fv = flag_values or FLAGS
-    if name == "3lc":
-        return compressors.create("3lc", sparsity_multiplier=fv.sparsity_multiplier,
-                                  adaptive=fv.adaptive)
-    return compressors.create(name)
 
 
 def check_flags():
