@@ -116,7 +116,20 @@ class Launcher:
         self.logdir = logdir
         self.echo_chief = echo_chief
         self.procs = {}
+        self.exit_times = {}  # task -> when its output closed (it exited)
         self._threads = []
+
+    def _pump(self, task, proc, log, echo):
+        """Copies a task's output to its log (and the chief's to our stdout)."""
+        with log:
+            for line in iter(proc.stdout.readline, b""):
+                log.write(line)
+                log.flush()
+                if echo and not _is_tf_noise(line):
+                    sys.stdout.write(line.decode(errors="replace"))
+                    sys.stdout.flush()
+        proc.wait()
+        self.exit_times[task] = time.time()
 
     def log_path(self, job, index):
         return os.path.join(self.logdir, f"{job}{index}.log")
@@ -130,7 +143,8 @@ class Launcher:
                                     start_new_session=True, stdin=subprocess.DEVNULL,
                                     env=_task_env())
             echo = self.echo_chief and (job, index) == ("worker", 0)
-            thread = threading.Thread(target=_pump, args=(proc.stdout, log, echo), daemon=True)
+            thread = threading.Thread(target=self._pump, args=((job, index), proc, log, echo),
+                                      daemon=True)
             thread.start()
             self._threads.append(thread)
             self.procs[(job, index)] = proc
@@ -210,14 +224,6 @@ def _signal_group(proc, sig):
         pass
 
 
-def _pump(stream, log, echo):
-    with log:
-        for line in iter(stream.readline, b""):
-            log.write(line)
-            log.flush()
-            if echo and not _is_tf_noise(line):
-                sys.stdout.write(line.decode(errors="replace"))
-                sys.stdout.flush()
 
 
 def _is_tf_noise(line):

@@ -22,7 +22,7 @@ def default_logdir():
     return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
 
 
-def summarize(logdir, spec, codes, wall_seconds):
+def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=None):
     """Combines the workers' reports into one summary (also written to summary.json)."""
     reports = []
     for index in range(len(spec["worker"])):
@@ -54,7 +54,13 @@ def summarize(logdir, spec, codes, wall_seconds):
         "wall_seconds": round(wall_seconds, 2),
         "train_seconds": chief.get("train_seconds"),
         "logdir": logdir,
+        "workers": reports,
     }
+    if wire_bytes is not None:
+        summary["wire_bytes"] = wire_bytes
+    if exit_times and reports:
+        last_step = max(r["last_step_time"] for r in reports)
+        summary["exit_seconds_after_last_step"] = round(max(exit_times.values()) - last_step, 2)
     with open(os.path.join(logdir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
     return summary
@@ -70,7 +76,8 @@ def _network(flags, num_tasks):
     ok, reason = netem.netem_available()
     if not ok:
         raise SystemExit(f"--netem_rate needs network namespaces: {reason}")
-    with netem.SlowNetwork(num_tasks, rate=flags.netem_rate, delay=flags.netem_delay) as net:
+    rate = None if flags.netem_rate == "unlimited" else flags.netem_rate
+    with netem.SlowNetwork(num_tasks, rate=rate, delay=flags.netem_delay) as net:
         yield net, [ip for _, ip in net.hosts]
 
 
@@ -98,10 +105,10 @@ def launch(flags, argv=None, spec=None):
         with cl.Launcher(spec, lambda job, index: task_command(spec, job, index, logdir, argv),
                          logdir, prefix=prefix) as launcher:
             codes = launcher.wait(timeout=flags.timeout)
-        summary = summarize(logdir, spec, codes, time.time() - start)
-        if net is not None:
-            summary["wire_bytes"] = {f"{job}{index}": net.counters(i)
-                                     for i, (job, index) in enumerate(order)}
+        wire = None
+        if net is not None:  # counted by the kernel on each task's link
+            wire = {f"{job}{index}": net.counters(i) for i, (job, index) in enumerate(order)}
+        summary = summarize(logdir, spec, codes, time.time() - start, launcher.exit_times, wire)
     print(json.dumps(summary, indent=1), flush=True)
     if not summary["ok"]:
         failed = [t for t, c in summary["exit_codes"].items() if c != 0]

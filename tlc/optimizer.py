@@ -378,7 +378,8 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
             for (entry, rows), value in zip(records, values):
                 payload = [tf.io.parse_tensor(rows[i, j], dtype)
                            for j, dtype in enumerate(entry.payload_dtypes)]
-                out.append(self._pull_compressor.accumulate(value, payload))
+                out.append(tf.reshape(self._pull_compressor.accumulate(value, payload),
+                                      [entry.num_elements]))
             return (i + 1,) + tuple(out)
 
         start = tuple(tf.reshape(e.local.read_value(), [-1]) for e, _ in records)

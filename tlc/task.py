@@ -109,20 +109,26 @@ def _run_worker(server, cluster, spec, index, config, flags):
         first_step, last = step, {"time": time.time(), "step": step,
                                   **sess.run({k: traffic[k] for k in ("bytes_pushed", "bytes_pulled",
                                                                      "worker_steps")})}
-        loss_value = float("nan")
+        loss_value, losses = float("nan"), []
         while step < flags.steps:
             x, y = batches.next()
             _, loss_value, step = sess.run([train_op, loss, sync.version_after_step],
                                            {images: x, labels: y})
+            losses.append(float(loss_value))
             if not np.isfinite(loss_value):
                 raise FloatingPointError(f"worker {index}: loss is {loss_value} at step {step}")
             if is_chief and (step // flags.log_every > last["step"] // flags.log_every
                              or step >= flags.steps):
                 last = _report(sess, traffic, step, loss_value, last, flags, writer)
+        last_step_time = time.time()
         counters = sess.run(traffic)
         summary.update({k: int(v) for k, v in counters.items()})
+        window = max(1, len(losses) // 5)  # mean loss over the first and last fifth
         summary.update(global_step=int(step), first_step=int(first_step),
-                       final_loss=float(loss_value), train_seconds=time.time() - start)
+                       final_loss=float(loss_value), train_seconds=last_step_time - start,
+                       last_step_time=last_step_time,
+                       early_loss=float(np.mean(losses[:window])) if losses else None,
+                       late_loss=float(np.mean(losses[-window:])) if losses else None)
         summary["local_copy_check"] = sync.local_copy_check(sess)
         if is_chief:
             summary["pull_compressions"] = int(sess.run(sync.pull_compressions))

@@ -29,7 +29,7 @@ flags.DEFINE_integer("num_ps", 1, "Parameter servers of the embedded local clust
 flags.DEFINE_integer("num_workers", 2, "Workers of the embedded local cluster.")
 flags.DEFINE_integer("backup_workers", 0, "Workers whose gradients are not waited for.")
 flags.DEFINE_string("netem_rate", None, "Run the local cluster in network namespaces with this "
-                    "rate limit per task and direction (e.g. 10mbit); needs root.")
+                    "rate limit per task and direction (e.g. 10mbit, or unlimited); needs root.")
 flags.DEFINE_string("netem_delay", None, "Extra one-way delay with --netem_rate (e.g. 1ms).")
 # Model and data.
 flags.DEFINE_string("dataset", "fashion_mnist", "fashion_mnist or cifar10.")
