@@ -17,21 +17,18 @@ _ops = tf.load_op_library(_LIBRARY)
 
 
 def compress_3lc(x, error, sparsity_multiplier, adaptive=False, name=None):
-    """Returns (code, m, new_error); new_error = x + error - m*q.
+    """3LC-compresses x + error.
 
-    If `error` is a tf.Variable it is updated in place (the op's output is
-    assigned back), and (code, m) is returned instead.
+    With `error` a resource tf.Variable: updates it in place (no new buffer)
+    and returns (code, m). With a tensor: returns (code, m, new_error), where
+    new_error = x + error - m*q.
     """
+    s = tf.cast(sparsity_multiplier, tf.float32)
     if isinstance(error, tf.Variable):
-        code, m, new_error = _ops.tlc_compress3lc(
-            tf.reshape(x, [-1]), tf.reshape(error.read_value(), [-1]),
-            tf.cast(sparsity_multiplier, tf.float32), adaptive=adaptive, name=name)
-        update = error.assign(tf.reshape(new_error, tf.shape(error)), read_value=False)
-        with tf.control_dependencies([update]):
-            return tf.identity(code), tf.identity(m)
-    return _ops.tlc_compress3lc(tf.reshape(x, [-1]), tf.reshape(error, [-1]),
-                                tf.cast(sparsity_multiplier, tf.float32), adaptive=adaptive,
-                                name=name)
+        return _ops.tlc_compress3lc_update_error(tf.reshape(x, [-1]), error.handle, s,
+                                                 adaptive=adaptive, name=name)
+    return _ops.tlc_compress3lc(tf.reshape(x, [-1]), tf.reshape(error, [-1]), s,
+                                adaptive=adaptive, name=name)
 
 
 def decompress_3lc(code, m, num_elements, adaptive=False, name=None):

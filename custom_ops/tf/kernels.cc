@@ -7,6 +7,8 @@
 #include "../core/threelc.h"
 #include "../core/zero_run.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/util/work_sharder.h"
 
@@ -102,6 +104,50 @@ class Compress3LCOp : public OpKernel {
     Compress3LCResult result;
     if (!Ok(ctx, tlc::Compress3LC(x.flat<float>().data(), error.flat<float>().data(),
                                   new_error->flat<float>().data(), x.NumElements(), s, adaptive_,
+                                  TfExecutor(ctx), OutputBytes(ctx, 0), &result))) {
+      return;
+    }
+    Tensor* m = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &m));
+    m->scalar<float>()() = result.m;
+  }
+
+ private:
+  bool adaptive_;
+};
+
+// Same as Compress3LCOp, but the error buffer is a resource variable updated
+// in place: no new n-element tensor per step.
+class Compress3LCUpdateErrorOp : public OpKernel {
+ public:
+  explicit Compress3LCUpdateErrorOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("adaptive", &adaptive_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    float s;
+    if (!Scalar<float>(ctx, 2, "sparsity_multiplier", &s)) return;
+    ::tensorflow::core::RefCountPtr<::tensorflow::Var> var;
+    OP_REQUIRES_OK(ctx, ::tensorflow::LookupResource(
+                            ctx, ::tensorflow::HandleFromInput(ctx, 1), &var));
+    ::tensorflow::mutex_lock lock(*var->mu());
+    Tensor* error = var->tensor();
+    OP_REQUIRES(ctx, var->is_initialized && error->dtype() == ::tensorflow::DT_FLOAT,
+                errors::InvalidArgument("error buffer must be an initialised float32 variable"));
+    OP_REQUIRES(ctx, x.NumElements() == error->NumElements(),
+                errors::InvalidArgument("error has ", error->NumElements(), " elements, x has ",
+                                        x.NumElements()));
+    if (var->copy_on_read_mode.load() || !error->RefCountIsOne()) {
+      // A reader still holds the buffer: update a private copy instead.
+      Tensor copy;
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DT_FLOAT, error->shape(), &copy));
+      if (error->NumElements() > 0) std::memcpy(copy.data(), error->data(), error->TotalBytes());
+      *error = copy;
+    }
+    float* e = error->flat<float>().data();
+    Compress3LCResult result;
+    if (!Ok(ctx, tlc::Compress3LC(x.flat<float>().data(), e, e, x.NumElements(), s, adaptive_,
                                   TfExecutor(ctx), OutputBytes(ctx, 0), &result))) {
       return;
     }
@@ -264,6 +310,7 @@ class GolombBstarOp : public OpKernel {
 #define TLC_KERNEL(name, cls) \
   REGISTER_KERNEL_BUILDER(Name(name).Device(DEVICE_CPU), cls)
 TLC_KERNEL("TlcCompress3LC", Compress3LCOp);
+TLC_KERNEL("TlcCompress3LCUpdateError", Compress3LCUpdateErrorOp);
 TLC_KERNEL("TlcDecompress3LC", Decompress3LCOp);
 TLC_KERNEL("TlcDecompress3LCAccumulate", Decompress3LCAccumulateOp);
 TLC_KERNEL("TlcPackBase3", PackBase3Op);

@@ -43,6 +43,21 @@ REGISTER_OP("TlcCompress3LC")
     })
     .Doc("3LC compression with error feedback; new_error = x + error - m*q.");
 
+REGISTER_OP("TlcCompress3LCUpdateError")
+    .Input("x: float")
+    .Input("error: resource")
+    .Input("sparsity_multiplier: float")
+    .Output("code: uint8")
+    .Output("m: float")
+    .Attr("adaptive: bool = false")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+      c->set_output(1, c->Scalar());
+      return Status();
+    })
+    .Doc("3LC compression that updates a float32 resource variable's error buffer in place.");
+
 REGISTER_OP("TlcDecompress3LC")
     .Input("code: uint8")
     .Input("m: float")

@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Codec throughput, as ratios measured in one run.
+
+For each size and thread count: GB/s of float32 input (4*n bytes / time,
+best of several runs) for our compress/decompress (numpy module and TF op,
+zero-run and adaptive), accumulate, the Golomb paths, numpy's copy (memcpy)
+and a TF-builtin-ops version of quantize + error feedback + base-3^5.
+
+  python scripts/bench_codecs.py [--sizes 1,16,64] [--threads 1,2] [--out bench.json]
+"""
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import time
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tensorflow as tf  # noqa: E402
+
+from tlc import codec, ops, reference_pipeline  # noqa: E402
+
+MI = 1 << 20
+
+
+def gradient_like(n, seed=0):
+    """Heavy-tailed values with a steady-state error buffer (a few EF steps)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n, np.float32) * rng.exponential(1.0, n).astype(np.float32)
+    error = np.zeros_like(x)
+    for _ in range(3):
+        codec.compress_3lc(x, error, 1.0)
+    return x, error
+
+
+def best_time(fn, repeats):
+    fn()  # warm up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def gbps(n, seconds):
+    return round(4 * n / seconds / 1e9, 3)
+
+
+def bench_numpy(x, error, threads, repeats):
+    n = len(x)
+    out, results = np.empty_like(x), {}
+    results["memcpy"] = gbps(n, best_time(lambda: np.copyto(out, x), repeats))
+    for adaptive, tag in ((False, "zre"), (True, "adaptive")):
+        e = error.copy()
+        results[f"compress_{tag}"] = gbps(n, best_time(
+            lambda: codec.compress_3lc(x, e, 1.0, adaptive, threads),
+            repeats))
+        e = error.copy()
+        code, m = codec.compress_3lc(x, e, 1.0, adaptive)
+        results[f"decompress_{tag}"] = gbps(n, best_time(
+            lambda: codec.decompress_3lc(code, m, n, adaptive, threads), repeats))
+        results[f"accumulate_{tag}"] = gbps(n, best_time(
+            lambda: codec.decompress_3lc_accumulate(code, m, out, adaptive, threads), repeats))
+        results[f"bits_per_value_{tag}"] = round(8 * len(code) / n, 4)
+    # Golomb paths: a sparse stream (s = 1.9) takes the tag-1 encoding.
+    e = error.copy()
+    code, m = codec.compress_3lc(x, e, 1.9, True)
+    results["golomb_tag_used_at_s1.9"] = int(code[0])
+    results["bits_per_value_adaptive_s1.9"] = round(8 * len(code) / n, 4)
+    e = error.copy()
+    results["compress_adaptive_s1.9"] = gbps(n, best_time(
+        lambda: codec.compress_3lc(x, e, 1.9, True, threads), repeats))
+    results["decompress_adaptive_s1.9"] = gbps(n, best_time(
+        lambda: codec.decompress_3lc(code, m, n, True, threads), repeats))
+    # Golomb coding of the non-zero positions of the s = 1.0 stream.
+    e = error.copy()
+    code, m = codec.compress_3lc(x, e, 1.0, False)
+    positions = np.flatnonzero(codec.decompress_3lc(code, m, n, False))
+    b = codec.golomb_bstar(len(positions) / n)
+    gcode = codec.golomb_encode(positions, b)
+    results["golomb_positions"] = int(len(positions))
+    results["golomb_encode_Mpositions_per_s"] = round(
+        len(positions) / best_time(lambda: codec.golomb_encode(positions, b), repeats) / 1e6, 2)
+    results["golomb_decode_Mpositions_per_s"] = round(
+        len(positions) / best_time(lambda: codec.golomb_decode(gcode, b, n), repeats) / 1e6, 2)
+    return results
+
+
+def bench_tf(n, threads, repeats):
+    """TF ops in a fresh process: TF sizes its CPU thread pool once per process."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_bench_tf_child, (n, threads, repeats))
+
+
+def _bench_tf_child(n, threads, repeats):
+    x, error = gradient_like(n)
+    graph = tf.Graph()
+    with graph.as_default():
+        xv = tf.Variable(x)
+        targets = {}
+        for adaptive, tag in ((False, "zre"), (True, "adaptive")):
+            ev = tf.Variable(error)  # updated in place, as the optimizer does
+            targets[f"tf_compress_{tag}"] = tf.group(
+                *ops.compress_3lc(xv.read_value(), ev, 1.0, adaptive=adaptive))
+            code, m = codec.compress_3lc(x, error.copy(), 1.0, adaptive)
+            code_in, m_in = tf.constant(code), tf.constant(m)
+            targets[f"tf_decompress_{tag}"] = ops.decompress_3lc(code_in, m_in, n, adaptive).op
+            targets[f"tf_accumulate_{tag}"] = ops.decompress_3lc_accumulate(
+                xv.read_value(), code_in, m_in, adaptive).op
+        ev = tf.Variable(error)
+        packed, m, new_e = reference_pipeline.compress(xv.read_value(), ev.read_value(), 1.0)
+        targets["tf_builtin_compress"] = tf.group(packed, m, ev.assign(new_e))
+        packed_in = tf.constant(codec.pack_base3(np.sign(x).astype(np.int8)))
+        targets["tf_builtin_decompress"] = reference_pipeline.decompress(packed_in, 1.0, n).op
+        init = tf.compat.v1.global_variables_initializer()
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads,
+                                      inter_op_parallelism_threads=1)
+    # Grappler would prune ops whose outputs nobody reads; we time them all.
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    results = {}
+    with tf.compat.v1.Session(graph=graph, config=config) as sess:
+        sess.run(init)
+        for name, target in targets.items():
+            results[name] = gbps(n, best_time(lambda t=target: sess.run(t), repeats))
+    return results
+
+
+TARGETS = (
+    ("compress >= 0.20x memcpy (1 thread)", "compress_zre", "memcpy", 0.20),
+    ("compress >= 4x TF-builtin pipeline (1 thread)", "tf_compress_zre", "tf_builtin_compress", 4.0),
+    ("decompress >= 0.50x memcpy (1 thread)", "decompress_zre", "memcpy", 0.50),
+)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1,16,64", help="tensor sizes in Mi elements")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--out", help="also write the JSON here")
+    args = parser.parse_args()
+    sizes = [int(float(s) * MI) for s in args.sizes.split(",")]
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    report = {"cpu_count": os.cpu_count(), "unit": "GB/s of float32 input", "runs": []}
+    for n in sizes:
+        x, error = gradient_like(n)
+        repeats = 3 if n >= 32 * MI else 5
+        per_thread = {}
+        for threads in thread_counts:
+            results = bench_numpy(x, error, threads, repeats)
+            results.update(bench_tf(n, threads, repeats))
+            per_thread[threads] = results
+            ratios = {
+                "compress/memcpy": round(results["compress_zre"] / results["memcpy"], 3),
+                "tf_compress/tf_builtin": round(
+                    results["tf_compress_zre"] / results["tf_builtin_compress"], 2),
+                "decompress/memcpy": round(results["decompress_zre"] / results["memcpy"], 3),
+                "tf_decompress/tf_builtin": round(
+                    results["tf_decompress_zre"] / results["tf_builtin_decompress"], 2),
+            }
+            report["runs"].append({"elements": n, "threads": threads, "results": results,
+                                   "ratios": ratios})
+            print(json.dumps(report["runs"][-1]), file=sys.stderr, flush=True)
+        if 1 in per_thread and 2 in per_thread:
+            one, two = per_thread[1], per_thread[2]
+            report["runs"][-1]["scaling_2_vs_1"] = {
+                k: round(two[k] / one[k], 2)
+                for k in ("compress_zre", "compress_adaptive", "decompress_zre",
+                          "tf_compress_zre", "tf_decompress_zre")}
+    report["targets"] = check_targets(report["runs"])
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def check_targets(runs):
+    verdicts = []
+    for run in runs:
+        if run["threads"] == 1:
+            r = run["results"]
+            for label, ours, base, want in TARGETS:
+                ratio = r[ours] / r[base]
+                verdicts.append({"elements": run["elements"], "target": label,
+                                 "ratio": round(ratio, 3), "pass": ratio >= want})
+        if "scaling_2_vs_1" in run:
+            ratio = run["scaling_2_vs_1"]["compress_zre"]
+            verdicts.append({"elements": run["elements"], "target": "2 threads >= 1.7x one (compress)",
+                             "ratio": ratio, "pass": ratio >= 1.7})
+            ratio = run["scaling_2_vs_1"]["decompress_zre"]
+            verdicts.append({"elements": run["elements"],
+                             "target": "2 threads >= 1.7x one (decompress)",
+                             "ratio": ratio, "pass": ratio >= 1.7})
+    return verdicts
+
+
+if __name__ == "__main__":
+    main()
