@@ -12,6 +12,7 @@
 #include "../core/golomb.h"
 #include "../core/threelc.h"
 #include "../core/zero_run.h"
+#include "thread_pool.h"
 
 namespace py = pybind11;
 
@@ -24,20 +25,16 @@ void Check(const tlc::Status& s) {
   if (!s.ok()) throw py::value_error(s.message());
 }
 
-// Runs tasks on fresh std::threads; the calling thread takes task 0.
+// Runs tasks on the calling thread plus a process-wide pool.
 tlc::Executor MakeExecutor(int num_threads) {
-  if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  if (num_threads <= 0) num_threads = cores;
+  // Leaked on purpose: joining threads during interpreter shutdown can hang.
+  static tlc::ThreadPool* pool = new tlc::ThreadPool(std::max(cores, 8) - 1);
   tlc::Executor exec;
   exec.num_threads = num_threads;
   exec.run = [num_threads](int64_t n, const std::function<void(int64_t)>& task) {
-    const int64_t workers = std::min<int64_t>(n, num_threads);
-    auto body = [&](int64_t w) {
-      for (int64_t i = w; i < n; i += workers) task(i);
-    };
-    std::vector<std::thread> threads;
-    for (int64_t w = 1; w < workers; ++w) threads.emplace_back(body, w);
-    body(0);
-    for (auto& t : threads) t.join();
+    pool->Run(n, num_threads - 1, task);
   };
   return exec;
 }
