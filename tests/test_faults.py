@@ -1,0 +1,140 @@
+"""Faults with real processes: killed and restarted workers, a restarted
+chief and parameter server resuming from a checkpoint, Ctrl-C to the launcher."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tlc import cluster as cl
+from tlc import local_run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BASE_FLAGS = ["--flagfile=configs/fashion_mnist.cfg", "--flagfile=configs/3lc_s1.00.cfg",
+              "--log_every=5", "--eval_batch=2000"]
+
+
+def chief_step(logdir):
+    """Latest step the chief has printed (0 if none yet)."""
+    try:
+        with open(os.path.join(logdir, "worker0.log"), encoding="utf-8", errors="replace") as f:
+            steps = re.findall(r"^step\s+(\d+)/", f.read(), re.M)
+    except FileNotFoundError:
+        return 0
+    return int(steps[-1]) if steps else 0
+
+
+def wait_for(predicate, timeout, what):
+    end = time.time() + timeout
+    while time.time() < end:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Cluster:
+    """One process per task, started and killed one by one."""
+
+    def __init__(self, logdir, num_workers, flags):
+        self.logdir, self.flags = str(logdir), flags
+        self.spec = cl.local_cluster(1, num_workers)
+        self.launcher = cl.Launcher(self.spec, self.command, self.logdir, echo_chief=False)
+
+    def command(self, job, index):
+        return local_run.task_command(self.spec, job, index, self.logdir, self.flags)
+
+    def start(self):
+        self.launcher.start()
+
+    def kill(self, job, index):
+        proc = self.launcher.procs[(job, index)]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def restart(self, job, index):
+        """Starts one task again, its log appended to a second file."""
+        argv = self.command(job, index)
+        log = open(os.path.join(self.logdir, f"{job}{index}.restart.log"), "wb")
+        self.launcher.procs[(job, index)] = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env=cl._task_env())  # pylint: disable=protected-access
+
+    def report(self, index):
+        with open(os.path.join(self.logdir, f"worker{index}.json"), encoding="utf-8") as f:
+            return json.load(f)
+
+
+def test_killed_worker_with_backups_and_its_restart(tmp_path):
+    c = Cluster(tmp_path, 3, BASE_FLAGS + ["--steps=60", "--num_workers=3", "--backup_workers=1"])
+    c.start()
+    try:
+        wait_for(lambda: chief_step(c.logdir) >= 10, 180, "training to start")
+        c.kill("worker", 2)
+        killed_at = chief_step(c.logdir)
+        # (1) Two workers remain, two are aggregated: the step count keeps advancing.
+        wait_for(lambda: chief_step(c.logdir) >= killed_at + 15, 120, "progress without worker 2")
+        # (2) The restarted worker copies the model and trains on.
+        c.restart("worker", 2)
+        for index in range(3):
+            proc = c.launcher.procs[("worker", index)]
+            assert proc.wait(timeout=240) == 0, f"worker {index} failed"
+    finally:
+        c.launcher.stop()
+    chief, restarted = c.report(0), c.report(2)
+    assert chief["global_step"] == 60
+    assert restarted["first_step"] > killed_at  # it resumed from the server's state
+    assert restarted["local_copy_check"]["equal"] in (True, None)
+    assert restarted["worker_steps"] > 0
+
+
+def test_chief_and_ps_restart_from_checkpoint(tmp_path):
+    flags = BASE_FLAGS + ["--steps=80", "--checkpoint_steps=10"]
+    first = Cluster(tmp_path, 2, flags)
+    first.start()
+    try:
+        wait_for(lambda: chief_step(first.logdir) >= 35, 240, "a checkpoint past step 30")
+    finally:
+        first.launcher.stop()  # kills chief, worker and PS mid-run
+    checkpoints = os.listdir(os.path.join(first.logdir, "checkpoints"))
+    assert any(name.startswith("model.ckpt-") for name in checkpoints)
+    second = Cluster(tmp_path, 2, flags)
+    second.start()
+    codes = second.launcher.wait(timeout=300)
+    assert all(code == 0 for code in codes.values()), codes
+    chief = second.report(0)
+    assert chief["first_step"] >= 30  # resumed, not restarted from zero
+    assert chief["global_step"] == 80
+    assert chief["test_accuracy"] > 0.7
+    assert chief["local_copy_check"]["equal"] in (True, None)
+
+
+def test_ctrl_c_stops_every_process_quickly(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tlc.train", *BASE_FLAGS, "--steps=100000",
+         f"--logdir={tmp_path}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: chief_step(str(tmp_path)) >= 5, 180, "training to start")
+    pids = subprocess.run(["pgrep", "-f", "--", f"--logdir={tmp_path}"], capture_output=True,
+                          text=True).stdout.split()
+    assert len(pids) >= 4  # launcher + ps + 2 workers
+    start = time.time()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=10)
+    assert time.time() - start < 5.0
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", "--", f"--logdir={tmp_path}"], capture_output=True,
+                          text=True).stdout.split()
+    assert not left, f"orphans: {left}"
+
+
+@pytest.mark.parametrize("bad", ["--steps=0", "--optimizer=rmsprop", "--backup_workers=2"])
+def test_more_bad_flags(tmp_path, bad):
+    proc = subprocess.run([sys.executable, "-m", "tlc.train", *BASE_FLAGS, bad,
+                           f"--logdir={tmp_path}/run"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0
+    assert bad.split("=")[0] in proc.stderr + proc.stdout

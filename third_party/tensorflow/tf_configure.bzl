@@ -1,0 +1,42 @@
+"""Repository rule: the installed TensorFlow's headers, library and flags."""
+
+_QUERY = """
+import json, tensorflow as tf
+print(json.dumps({"compile": tf.sysconfig.get_compile_flags(), "link": tf.sysconfig.get_link_flags()}))
+"""
+
+def _tf_configure_impl(ctx):
+    python = ctx.os.environ.get("PYTHON_BIN_PATH", "python3")
+    result = ctx.execute([python, "-c", _QUERY], environment = {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    if result.return_code != 0:
+        fail("cannot read tf.sysconfig with %s: %s" % (python, result.stderr))
+    flags = json.decode(result.stdout.strip().splitlines()[-1])
+    include_dir = [f[2:] for f in flags["compile"] if f.startswith("-I")][0]
+    lib_dir = [f[2:] for f in flags["link"] if f.startswith("-L")][0]
+    lib_name = [f[3:] for f in flags["link"] if f.startswith("-l:")][0]
+    copts = [f for f in flags["compile"] if not f.startswith("-I")]
+    ctx.symlink(include_dir, "include")
+    ctx.symlink(lib_dir + "/" + lib_name, lib_name)
+    ctx.file("flags.bzl", "TF_COPTS = %s\n" % repr(copts))
+    ctx.file("BUILD", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "tf_headers",
+    hdrs = glob(["include/**/*.h", "include/**/*.inc", "include/Eigen/**", "include/unsupported/**",
+                 "include/absl/**", "include/google/**", "include/third_party/**", "include/tsl/**",
+                 "include/xla/**"], exclude_directories = 1),
+    includes = ["include"],
+)
+
+cc_library(
+    name = "tf_framework",
+    srcs = ["%s"],
+)
+""" % lib_name)
+
+tf_configure = repository_rule(
+    implementation = _tf_configure_impl,
+    environ = ["PYTHON_BIN_PATH"],
+    local = True,
+)
