@@ -70,7 +70,7 @@ class Cluster:
 
 
 def test_killed_worker_with_backups_and_its_restart(tmp_path):
-    c = Cluster(tmp_path, 3, BASE_FLAGS + ["--steps=60", "--num_workers=3", "--backup_workers=1"])
+    c = Cluster(tmp_path, 3, BASE_FLAGS + ["--steps=250", "--num_workers=3", "--backup_workers=1"])
     c.start()
     try:
         wait_for(lambda: chief_step(c.logdir) >= 10, 180, "training to start")
@@ -86,7 +86,7 @@ def test_killed_worker_with_backups_and_its_restart(tmp_path):
     finally:
         c.launcher.stop()
     chief, restarted = c.report(0), c.report(2)
-    assert chief["global_step"] == 60
+    assert chief["global_step"] == 250
     assert restarted["first_step"] > killed_at  # it resumed from the server's state
     assert restarted["local_copy_check"]["equal"] in (True, None)
     assert restarted["worker_steps"] > 0
