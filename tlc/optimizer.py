@@ -22,7 +22,7 @@ import tensorflow as tf
 from tensorflow.python.training import queue_runner  # pylint: disable=no-name-in-module
 
 from tlc import replica
-from tlc.compressors import Compressor, ThreeLC, create, payload_bytes
+from tlc.compressors import Compressor, Float32, ThreeLC, create, payload_bytes
 
 DEFAULT_COMPRESS_THRESHOLD = 1024  # elements; batch-norm-sized tensors stay float32
 DEFAULT_PULL_LOG_SIZE = 4          # model deltas a PS keeps for workers catching up
@@ -91,7 +91,8 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
         self._variable_averages = variable_averages
         self._variables_to_average = variables_to_average
         self._compressor = _as_compressor(compressor, "compressor") or ThreeLC(1.0)
-        self._pull_compressor = _as_compressor(pull_compressor, "pull_compressor") or self._compressor
+        self._pull_compressor = _as_compressor(pull_compressor, "pull_compressor") or (
+            self._compressor if self._compressor.supports_pull else Float32())
         self._compress_threshold = int(compress_threshold)
         self._pull_log_size = int(pull_log_size)
         self._gradients_applied = False

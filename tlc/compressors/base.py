@@ -46,6 +46,9 @@ class Compressor(abc.ABC):
     registered_name = None
     # True if compress() wants a float32 `memory` variable the size of x.
     uses_memory = False
+    # False for schemes that make no sense for model pulls (the optimizer then
+    # pulls float32 unless told otherwise).
+    supports_pull = True
 
     def make_memory(self, num_elements, name):
         """Per-tensor state on the sender's host CPU, made once by the optimizer
