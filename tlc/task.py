@@ -6,7 +6,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tlc import compressors, data, models, replica
+from tlc import compressors, data, models, moments, replica
 from tlc.optimizer import SyncReplicasOptimizer
 from tlc.session import training_session
 
@@ -77,14 +77,20 @@ def _run_worker(server, cluster, spec, index, config, flags):
                 tf.compat.v1.variable_scope("model", reuse=tf.compat.v1.AUTO_REUSE):
             logits = models.build(model_name, images, dataset.num_classes, training=True)
             eval_logits = models.build(model_name, images, dataset.num_classes, training=False)
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=labels, logits=logits))
+        per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=labels, logits=logits)
+        loss = tf.reduce_mean(per_example_loss)
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(eval_logits, 1), labels), tf.int64))
+        compressor = compressor_from_flags(flags.compressor, flags)
+        if hasattr(compressor, "second_moments"):  # variance-based: per-example statistics
+            local = tf.compat.v1.trainable_variables()
+            stats = moments.second_moments(per_example_loss, local)
+            compressor.second_moments = {replica.master_of(v).op.name: stats[v] for v in local}
         sync = SyncReplicasOptimizer(
             make_inner_optimizer(flags),
             replicas_to_aggregate=num_workers - flags.backup_workers,
             total_num_replicas=num_workers,
-            compressor=compressor_from_flags(flags.compressor, flags),
+            compressor=compressor,
             pull_compressor=(compressor_from_flags(flags.pull_compressor, flags)
                              if flags.pull_compressor else None),
             compress_threshold=flags.compress_threshold)
