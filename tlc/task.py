@@ -115,7 +115,8 @@ def _run_worker(server, cluster, spec, index, config, flags):
         first_step, last = step, {"time": time.time(), "step": step,
                                   **sess.run({k: traffic[k] for k in ("bytes_pushed", "bytes_pulled",
                                                                      "worker_steps")})}
-        loss_value, losses = float("nan"), []
+        loss_value, losses, curve = float("nan"), [], []
+        next_eval = flags.eval_every
         while step < flags.steps:
             x, y = batches.next()
             _, loss_value, step = sess.run([train_op, loss, sync.version_after_step],
@@ -126,6 +127,11 @@ def _run_worker(server, cluster, spec, index, config, flags):
             if is_chief and (step // flags.log_every > last["step"] // flags.log_every
                              or step >= flags.steps):
                 last = _report(sess, traffic, step, loss_value, last, flags, writer)
+                if flags.eval_every and step >= next_eval:  # at log points only
+                    last["accuracy"] = _evaluate(sess, correct, images, labels, dataset,
+                                                 flags.eval_batch, limit=flags.eval_examples)
+                    next_eval = (step // flags.eval_every + 1) * flags.eval_every
+                curve.append(last)
         last_step_time = time.time()
         counters = sess.run(traffic)
         summary.update({k: int(v) for k, v in counters.items()})
@@ -137,6 +143,9 @@ def _run_worker(server, cluster, spec, index, config, flags):
                        late_loss=float(np.mean(losses[-window:])) if losses else None)
         summary["local_copy_check"] = sync.local_copy_check(sess)
         if is_chief:
+            summary["curve"] = [{k: (int(v) if k == "step" else float(v)) for k, v in point.items()
+                                 if k in ("step", "time", "loss", "push_bytes_per_step",
+                                          "pull_bytes_per_step", "accuracy")} for point in curve]
             summary["pull_compressions"] = int(sess.run(sync.pull_compressions))
             summary["compressed_variables"] = len(sync.compressed_variables)
             summary["test_accuracy"] = _evaluate(sess, correct, images, labels, dataset,
@@ -171,12 +180,15 @@ def _report(sess, traffic, step, loss_value, last, flags, writer):
             tf.compat.v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items()]),
             step)
         writer.flush()
-    return {"time": now, "step": step, **counters}
+    return {"time": now, "step": step, "loss": float(loss_value), "push_bytes_per_step": push,
+            "pull_bytes_per_step": pull, **counters}
 
 
-def _evaluate(sess, correct, images, labels, dataset, batch):
+def _evaluate(sess, correct, images, labels, dataset, batch, limit=None):
+    count = min(limit or len(dataset.test_x), len(dataset.test_x))
     total = 0
-    for begin in range(0, len(dataset.test_x), batch):
-        total += sess.run(correct, {images: dataset.test_x[begin:begin + batch],
-                                    labels: dataset.test_y[begin:begin + batch]})
-    return total / len(dataset.test_x)
+    for begin in range(0, count, batch):
+        end = min(begin + batch, count)
+        total += sess.run(correct, {images: dataset.test_x[begin:end],
+                                    labels: dataset.test_y[begin:end]})
+    return total / count

@@ -54,6 +54,9 @@ flags.DEFINE_integer("log_every", 50, "Print progress every this many steps.")
 flags.DEFINE_integer("checkpoint_steps", 0, "Chief saves a checkpoint every this many steps "
                      "(0: only at the end).")
 flags.DEFINE_integer("eval_batch", 1000, "Evaluation batch size.")
+flags.DEFINE_integer("eval_every", 0, "Chief: test accuracy on --eval_examples every this many "
+                     "steps (0: only at the end), for time-to-accuracy curves.")
+flags.DEFINE_integer("eval_examples", 2000, "Test examples for the periodic evaluation.")
 flags.DEFINE_integer("seed", 1, "Random seed.")
 flags.DEFINE_float("timeout", 3600, "Launcher: stop the cluster after this many seconds.")
 
@@ -71,7 +74,10 @@ def check_flags():
                           f"({', '.join(compressors.names())})")
     if FLAGS.backup_workers < 0 or FLAGS.backup_workers >= FLAGS.num_workers:
         errors.append(f"--backup_workers must be in [0, num_workers), got {FLAGS.backup_workers}")
-    for flag in ("steps", "batch_size", "log_every", "num_ps", "num_workers", "eval_batch"):
+    if FLAGS.eval_every < 0:
+        errors.append(f"--eval_every must be >= 0, got {FLAGS.eval_every}")
+    for flag in ("steps", "batch_size", "log_every", "num_ps", "num_workers", "eval_batch",
+                 "eval_examples"):
         if getattr(FLAGS, flag) < 1:
             errors.append(f"--{flag} must be >= 1, got {getattr(FLAGS, flag)}")
     if FLAGS.learning_rate <= 0:
