@@ -1,0 +1,28 @@
+"""A short smoke run of the slow-link benchmark (one rate, few steps)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tlc import netem
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.skipif(not netem.netem_available()[0],
+                    reason="needs root and tc for rate limits: " + netem.netem_available()[1])
+def test_slow_link_smoke(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_training.py", "--rates=100mbit",
+         "--configs=float32,3lc_s1.00", "--short_steps=5", "--full_steps=20", "--no_verify",
+         f"--out={tmp_path}", f"--workdir={tmp_path}/runs"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in ("RESULTS.md", "results.json", "time_to_accuracy.png", "bytes_per_step.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    import json
+    results = json.loads((tmp_path / "results.json").read_text())
+    link = results["link"]["100mbit"]
+    assert link["3lc_s1.00"]["wire_bytes_per_step"] * 10 < link["float32"]["wire_bytes_per_step"]
+    assert link["3lc_s1.00"]["speedup"] > 1.5
