@@ -61,7 +61,7 @@ def ps_wire(summary):
 
 def measure_link(config, rate, steps, workdir):
     """(seconds per step, wire bytes per step at the PS) behind `rate`."""
-    base = os.path.join(out, f"{config}-{rate}")
+    base = os.path.join(workdir, f"{config}-{rate}")
     flags = (f"--netem_rate={rate}", "--log_every=1", "--eval_batch=2000")
     long_run = train(config, steps, base + "-long", *flags)
     short_run = train(config, WARMUP, base + "-short", *flags)
