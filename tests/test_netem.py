@@ -268,6 +268,27 @@ def test_teardown_on_exit_and_exception():
     assert signal.getsignal(signal.SIGTERM) == handler  # handlers restored
 
 
+@needs_netns
+def test_close_leaves_others_alone():
+    with netem.SlowNetwork(1, name=f"keep{os.getpid()}") as first:
+        # Same name: refused, and the failed attempt must not delete the first.
+        with pytest.raises(RuntimeError, match="already exist"):
+            with netem.SlowNetwork(1, name=first.name):
+                pass
+        assert ours(first) <= set(netem.namespaces())
+        # A forked child (multiprocessing, say) inherits the object; its exit
+        # must not tear down the parent's network.
+        pid = os.fork()
+        if pid == 0:
+            try:
+                first.close()
+            finally:
+                os._exit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert ours(first) <= set(netem.namespaces())
+    assert not ours(first) & set(netem.namespaces())
+
+
 CHILD = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])

@@ -249,7 +249,8 @@ class SlowNetwork:
         self.hosts = [(ns, f"{SUBNET}.{i + 1}") for i, ns in enumerate(self.host_ns)]
         self._shape_kind = None  # (has rate, has delay) as installed; None = unknown
         self._old_handlers = {}
-        self._closed = False
+        self._owned = False  # close() deletes only namespaces this object made or attached
+        self._owner_pid = os.getpid()  # a forked child must not tear down its parent's network
 
     @property
     def num_hosts(self):
@@ -281,8 +282,11 @@ class SlowNetwork:
             if not ok:
                 raise RuntimeError(f"SlowNetwork: {why}")
         existing = set(namespaces()) & set(self.host_ns + [self.bridge_ns])
-        if existing:
+        if existing and self.name.startswith(f"{os.getpid()}-"):
+            _delete(sorted(existing))  # left by a dead process that had our pid
+        elif existing:
             raise RuntimeError(f"SlowNetwork: namespaces {sorted(existing)} already exist")
+        self._owned, self._owner_pid = True, os.getpid()
         try:
             self._build()
         except BaseException:
@@ -332,8 +336,8 @@ class SlowNetwork:
 
     def close(self):
         """Removes every namespace (and so every veth); safe to call repeatedly."""
-        if not self._closed:
-            self._closed = True
+        if self._owned and os.getpid() == self._owner_pid:
+            self._owned = False
             _delete(self.host_ns + [self.bridge_ns])
         self._restore_handlers()
         atexit.unregister(self.close)
@@ -349,6 +353,7 @@ class SlowNetwork:
         if not found or sorted(found) != list(range(len(found))):
             raise RuntimeError(f"no complete network named {name!r} (namespaces: {sorted(found.values())})")
         net = cls(len(found), name=name)
+        net._owned = True  # pylint: disable=protected-access
         return net
 
     # ---- signals ----------------------------------------------------------
