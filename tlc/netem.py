@@ -13,10 +13,11 @@ crashed runs from live ones.
 
 Each host's link is limited to ``rate`` in both directions: a token bucket
 (tbf) on ``eth0`` limits what the host sends and one on ``p<i>`` limits what
-it receives. ``delay`` (needs the kernel's netem qdisc) is added to what each
-host sends, so it is the one-way host-to-host delay. Rates are tc-style
-strings ("10mbit", "100mbit", "1gbit", "1.5mbit", "12mbps" = bytes/s) or
-numbers of bits/s; ``None`` (or "unlimited") means no limit.
+it receives. ``delay`` (needs the kernel's netem qdisc; see
+delay_available()) is added to what each host sends, so it is the one-way
+host-to-host delay. Rates are tc-style strings ("10mbit", "100mbit",
+"1gbit", "1.5mbit", "12mbps" = bytes/s) or numbers of bits/s; ``None`` (or
+"unlimited") means no limit.
 
 Use with a cluster launcher
 ---------------------------
@@ -37,10 +38,17 @@ Use with a cluster launcher
         net.set_rate("100mbit")               # e.g. mid-run, for AQGB tests
         wire = [net.counters(i) for i in range(num_tasks)]  # kernel-counted
 
-tlc.local_run does exactly this for ``--netem_rate``. Everything is removed
-on exit, on exceptions, on SIGTERM/SIGINT while the network is active (the
-previous handlers are chained), at interpreter exit, and by cleanup_stale()
-after a hard crash. Teardown kills processes still running inside the
+``ip netns exec`` execs the command, so the Popen's pid is the task itself
+and signals reach it directly. tlc.local_run does exactly this for
+``--netem_rate``.
+
+Creating a network takes about a second: the kernel brings new veths up
+lazily and drops what is sent before that, so SlowNetwork waits for every
+link. Everything is removed on exit, on exceptions, on SIGTERM/SIGINT while
+the network is active (previous handlers are chained), at interpreter exit,
+and by cleanup_stale() after a hard crash (it removes ``tlcnet-<pid>-*``
+namespaces whose pid is not running; named networks such as scripts/netem's
+are left alone). Teardown kills processes still running inside the
 namespaces, since their network is gone. scripts/netem is a command-line
 wrapper (up / down / exec / counters / rate / cleanup) for manual runs.
 """
