@@ -149,20 +149,25 @@ class Launcher:
             self._threads.append(thread)
             self.procs[(job, index)] = proc
 
-    def wait(self, timeout=None, ps_grace=5.0):
+    def wait(self, timeout=None, ps_grace=5.0, fail_grace=5.0):
         """Waits for the workers, then gives parameter servers ps_grace seconds.
 
-        Returns {task: exit code}; any task still running at the end is killed.
+        If a task fails, the others get fail_grace seconds (they may be
+        finishing cleanly) and are then stopped. Returns {task: exit code};
+        any task still running at the end is killed.
         """
         deadline = None if timeout is None else time.time() + timeout
         workers = [p for (job, _), p in self.procs.items() if job == "worker"]
         try:
-            for proc in workers:
-                remaining = None if deadline is None else max(0.0, deadline - time.time())
-                try:
-                    proc.wait(remaining)
-                except subprocess.TimeoutExpired:
+            failed_at = None
+            while any(p.poll() is None for p in workers):
+                if any(p.poll() not in (None, 0) for p in self.procs.values()):
+                    failed_at = failed_at or time.time()
+                    if time.time() - failed_at > fail_grace:
+                        break
+                if deadline is not None and time.time() > deadline:
                     break
+                time.sleep(0.1)
             if any(p.returncode not in (None, 0) for p in workers):
                 ps_grace = 0.0  # a worker failed: nobody will release the PS
             end = time.time() + ps_grace

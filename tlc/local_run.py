@@ -84,11 +84,12 @@ def _network(flags, num_tasks):
 def launch(flags, argv=None, spec=None):
     """Runs every task on this machine: of `spec`, or of a fresh loopback cluster."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    logdir = flags.logdir or default_logdir()
-    os.makedirs(logdir, exist_ok=True)
-    # The data must be there before any process starts: fail once, clearly.
+    # The data must be there before any process starts: fail once, clearly,
+    # before anything is written.
     from tlc import data  # pylint: disable=import-outside-toplevel
     data.check_available(flags.dataset, flags.data_dir)
+    logdir = flags.logdir or default_logdir()
+    os.makedirs(logdir, exist_ok=True)
     if spec is not None and flags.netem_rate:
         raise SystemExit("--netem_rate makes its own addresses; do not combine it with --cluster")
     num_tasks = flags.num_ps + flags.num_workers if spec is None else len(cl.tasks(spec))

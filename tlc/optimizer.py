@@ -225,8 +225,8 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
                 if entry.compressed:
                     memory = self._compressor.make_memory(entry.num_elements,
                                                           base + "/tlc_push_memory")
-                    payload = self._compressor.compress(
-                        tf.reshape(grad, [-1], name=base + "/tlc_push"), memory)
+                    with tf.name_scope(f"tlc_encode_push/{base}"):
+                        payload = self._compressor.compress(tf.reshape(grad, [-1]), memory)
                     push_bytes += payload_bytes(payload)
                 else:
                     grad = tf.debugging.check_numerics(
@@ -234,8 +234,12 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
                     push_bytes += 4 * entry.num_elements
             with tf.device(master.device):
                 if entry.compressed:
-                    grad = tf.reshape(self._compressor.decompress(payload, entry.num_elements),
-                                      master.shape)
+                    # Named after the variable: a malformed push fails with an
+                    # error that says which tensor it was.
+                    with tf.name_scope(f"tlc_decode_push/{base}"):
+                        grad = tf.reshape(
+                            self._compressor.decompress(payload, entry.num_elements),
+                            master.shape)
                 accum = tf.compat.v1.ConditionalAccumulator(
                     tf.float32, shape=master.shape, shared_name=master.name + "/grad_accum")
                 push_ops.append(accum.apply_grad(grad, local_step=self._local_step))

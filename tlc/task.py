@@ -25,7 +25,24 @@ def run(spec, job, index, flags):
     server = tf.distribute.Server(cluster, job_name=job, task_index=index, config=config)
     if job == "ps":
         return _run_ps(server, spec, index, config)
-    return _run_worker(server, cluster, spec, index, config, flags)
+    try:
+        return _run_worker(server, cluster, spec, index, config, flags)
+    except (tf.errors.OpError, FloatingPointError) as e:
+        # One clear line; the parameter servers and other workers carry on.
+        print(f"worker {index}: training step failed: {_error_summary(e)}", flush=True)
+        return 1
+
+
+def _error_summary(error):
+    """The error itself and the op it came from, without TF's traceback."""
+    if not isinstance(error, tf.errors.OpError):
+        return str(error)
+    noise = ("File ", "Detected at node", "Node:", "Graph execution error", "[[")
+    lines = [line.strip() for line in error.message.splitlines()]
+    text = [line for line in lines
+            if line and not line.startswith(noise) and "most recent call last" not in line]
+    where = f" (op {error.op.name})" if error.op is not None else ""
+    return "; ".join(dict.fromkeys(text)) + where
 
 
 def _done_queue(ps_index):
