@@ -91,7 +91,8 @@ def test_every_variable_goes_through_a_creator_scope():
         models.build("resnet20", v1.placeholder(tf.float32, (None, 32, 32, 3)), 10, True)
         names = sorted(v.op.name for v in v1.global_variables())
         kernels = v1.get_collection(models.KERNELS)
-    assert sorted(name for name, _ in seen) == names and len(names) == 19 * 4 + 19 + 2  # BN layers, convs, dense w and b
+    assert sorted(name for name, _ in seen) == names
+    assert len(names) == 19 * 4 + 19 + 2  # BN layers, convs, dense w and b
     assert {name.rsplit("/", 1)[1] for name, trainable in seen if trainable is False} == \
         {"moving_mean", "moving_variance"}
     assert len(kernels) == 20  # 19 convs and the dense layer: weight decay's targets

@@ -65,7 +65,8 @@ def _open(path):
     """A binary stream of the file's contents, gunzipped if it is gzip data."""
     with open(path, "rb") as f:
         compressed = f.read(2) == _GZIP_MAGIC
-    return gzip.open(path, "rb") if compressed else open(path, "rb")  # pylint: disable=consider-using-with
+    # pylint: disable-next=consider-using-with
+    return gzip.open(path, "rb") if compressed else open(path, "rb")
 
 
 def _read_exactly(f, path, count, what):
@@ -314,7 +315,8 @@ class Batcher:
         if self.position + self.batch_size > len(self.order):
             self.order, self.position = self.rng.permutation(len(self.x)), 0
             self.epoch += 1
-        index = np.sort(self.order[self.position:self.position + self.batch_size])  # sorted: faster gather
+        # Sorted indices gather faster; order within a batch does not matter.
+        index = np.sort(self.order[self.position:self.position + self.batch_size])
         self.position += self.batch_size
         x, y = self.x[index], self.y[index]
         if self.augment == "crop_flip":
