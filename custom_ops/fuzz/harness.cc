@@ -1,0 +1,259 @@
+// Checks one decoder call against the reference decoders (see harness.h).
+#include "harness.h"
+
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "../core/base3.h"
+#include "../core/golomb.h"
+#include "../core/threelc.h"
+#include "../core/zero_run.h"
+#include "reference.h"
+
+namespace tlc_fuzz {
+namespace {
+
+const char* const kNames[kNumDecoders] = {
+    "decompress", "decompress_adaptive", "accumulate", "accumulate_adaptive",
+    "unpack_base3", "zre_decode", "golomb_decode"};
+
+// Scales the decoders are called with; the last three must be rejected.
+const float kScales[] = {1.5f,
+                         0.0f,
+                         -0.0f,
+                         FLT_MAX,
+                         std::numeric_limits<float>::denorm_min(),
+                         3.0e-5f,
+                         -1.0f,
+                         std::numeric_limits<float>::quiet_NaN(),
+                         std::numeric_limits<float>::infinity()};
+constexpr int kNumScales = sizeof(kScales) / sizeof(kScales[0]);
+
+[[noreturn]] void Fail(int decoder, const char* what) {
+  std::fprintf(stderr, "FUZZ FAILURE in %s: %s\n", kNames[decoder], what);
+  std::abort();
+}
+
+// Real threads, so ASan sees the slices of big inputs run concurrently.
+tlc::Executor ThreadedExecutor() {
+  tlc::Executor exec;
+  exec.num_threads = 4;
+  exec.run = [](int64_t num_tasks, const std::function<void(int64_t)>& task) {
+    std::vector<std::thread> threads;
+    for (int64_t i = 1; i < num_tasks; ++i) threads.emplace_back(task, i);
+    task(0);
+    for (auto& t : threads) t.join();
+  };
+  return exec;
+}
+
+int GolombB(uint8_t raw) {
+  // 0..34 -> -2..32 (both ends invalid), otherwise a valid parameter.
+  return raw <= 34 ? raw - 2 : raw % 32;
+}
+
+bool SameBits(const float* a, const float* b, int64_t n) {
+  return n == 0 || std::memcmp(a, b, sizeof(float) * n) == 0;  // data() may be null
+}
+
+bool Check3LC(int decoder, const uint8_t* code, size_t len, int64_t n, float m,
+              const tlc::Executor& exec) {
+  const bool adaptive = decoder == kDecompressAdaptive || decoder == kAccumulateAdaptive;
+  const bool accumulate = decoder == kAccumulate || decoder == kAccumulateAdaptive;
+  std::vector<int8_t> q;
+  const bool expect_ok =
+      std::isfinite(m) && m >= 0.0f && RefDecode3LC(code, len, n, adaptive, &q);
+
+  // Start from a known pattern: untouched on failure, fully defined on success.
+  std::vector<float> before(n);
+  for (int64_t i = 0; i < n; ++i) {
+    before[i] = accumulate ? static_cast<float>(i % 11 - 5) * 0.375f
+                           : std::numeric_limits<float>::quiet_NaN();
+  }
+  std::vector<float> out = before;
+  const bool ok =
+      tlc::Decompress3LC(code, len, m, n, adaptive, accumulate, exec, out.data()).ok();
+  if (ok != expect_ok) Fail(decoder, ok ? "accepted an invalid code" : "rejected a valid code");
+  if (!ok) {
+    if (!SameBits(out.data(), before.data(), n)) Fail(decoder, "failed decode wrote output");
+    return false;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float add = q[i] > 0 ? m : -m;
+    const float want = accumulate ? (q[i] != 0 ? before[i] + add : before[i])
+                                  : (q[i] != 0 ? add : 0.0f);
+    if (!std::isfinite(out[i])) Fail(decoder, "non-finite output");
+    if (accumulate ? !SameBits(&out[i], &want, 1) : out[i] != want) {
+      Fail(decoder, accumulate ? "accumulated value wrong" : "value not m * q");
+    }
+  }
+  return true;
+}
+
+bool CheckUnpack(const uint8_t* code, size_t len, int64_t n) {
+  std::vector<int8_t> want;
+  const bool expect_ok = RefUnpackBase3(code, len, n, &want);
+  std::vector<int8_t> q(n, 7);
+  const bool ok = tlc::UnpackBase3(code, len, n, q.data()).ok();
+  if (ok != expect_ok) Fail(kUnpackBase3, ok ? "accepted invalid bytes" : "rejected valid bytes");
+  if (ok && q != want) Fail(kUnpackBase3, "values differ from the reference");
+  return ok;
+}
+
+bool CheckZre(const uint8_t* code, size_t len, int64_t n, const tlc::Executor& exec) {
+  Bytes want;
+  const bool expect_ok = RefZreDecode(code, len, n, &want);
+  Bytes out(n, 0xEE);
+  const bool ok = tlc::ZreDecode(code, len, n, exec, out.data()).ok();
+  if (ok != expect_ok) Fail(kZreDecode, ok ? "accepted an invalid code" : "rejected a valid code");
+  if (ok && out != want) Fail(kZreDecode, "bytes differ from the reference");
+  return ok;
+}
+
+bool CheckGolomb(const uint8_t* code, size_t len, int b, int64_t n) {
+  std::vector<int64_t> want;
+  const bool expect_ok = RefGolombDecode(code, len, b, n, &want);
+  std::vector<int64_t> positions;
+  const bool ok = tlc::GolombDecode(code, len, b, n, &positions).ok();
+  if (ok != expect_ok) Fail(kGolombDecode, ok ? "accepted an invalid code" : "rejected a valid code");
+  if (!ok) return false;
+  if (positions != want) Fail(kGolombDecode, "positions differ from the reference");
+  // The code of given positions is unique, so re-encoding gives the input back.
+  Bytes again;
+  if (!tlc::GolombEncode(positions.data(), positions.size(), b, &again).ok() ||
+      again != Bytes(code, code + len)) {
+    Fail(kGolombDecode, "re-encoding the decoded positions differs from the input");
+  }
+  return true;
+}
+
+}  // namespace
+
+const char* DecoderName(int decoder) { return kNames[decoder]; }
+
+int DecoderByName(const char* name) {
+  for (int i = 0; i < kNumDecoders; ++i) {
+    if (std::strcmp(name, kNames[i]) == 0) return i;
+  }
+  return -1;
+}
+
+Stats& GlobalStats() {
+  static Stats stats;
+  return stats;
+}
+
+bool RunOne(int decoder, const uint8_t* data, size_t size) {
+  ++GlobalStats().inputs;
+  if (size < kHeaderSize) return false;
+  // Only "big" inputs may use the third byte of n: keeps most inputs fast.
+  const bool big = (data[0] & 3) == 3;
+  const int64_t n = (data[1] | (data[2] << 8) | (big ? data[3] << 16 : 0)) % (kMaxElements + 1);
+  const int b = GolombB(data[4]);
+  const float m = kScales[data[5] % kNumScales];
+  const uint8_t* code = data + kHeaderSize;
+  const size_t len = size - kHeaderSize;
+  static const tlc::Executor threaded = ThreadedExecutor();
+  const tlc::Executor& exec = big ? threaded : tlc::SerialExecutor();
+  bool ok = false;
+  switch (decoder) {
+    case kUnpackBase3: ok = CheckUnpack(code, len, n); break;
+    case kZreDecode: ok = CheckZre(code, len, n, exec); break;
+    case kGolombDecode: ok = CheckGolomb(code, len, b, n); break;
+    default: ok = Check3LC(decoder, code, len, n, m, exec); break;
+  }
+  if (ok) ++GlobalStats().decoded;
+  return ok;
+}
+
+Bytes MakeSeed(int decoder, bool big, std::mt19937_64& rng) {
+  int64_t n = big ? 150000 + rng() % 250000 : rng() % 3000;
+  if (rng() % 16 == 0) n = rng() % 8;
+  // Mostly-zero tensors give long runs and, when adaptive, Golomb bodies.
+  const double density = std::ldexp(1.0, -static_cast<int>(rng() % 12));
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<double> unit;
+  std::vector<float> x(n), error(n, 0.0f);
+  for (float& v : x) v = unit(rng) < density ? normal(rng) : normal(rng) * 1e-3f;
+  Bytes code;
+  auto alloc = [&](int64_t s) {
+    code.resize(s);
+    return code.data();
+  };
+  int b = static_cast<int>(rng() % 32);
+  uint8_t m_selector = static_cast<uint8_t>(rng() % 6);  // valid scales
+  int64_t header_n = n;
+  if (decoder <= kAccumulateAdaptive) {
+    const bool adaptive = decoder == kDecompressAdaptive || decoder == kAccumulateAdaptive;
+    tlc::Compress3LCResult result;
+    const float s = 1.0f + static_cast<float>(rng() % 1000) / 1000.0f;
+    tlc::Compress3LC(x.data(), error.data(), error.data(), n, s, adaptive, tlc::SerialExecutor(),
+                     alloc, &result);
+  } else {
+    std::vector<int8_t> q(n);
+    std::vector<int64_t> positions;
+    for (int64_t i = 0; i < n; ++i) {
+      q[i] = std::fabs(x[i]) < 0.01f ? 0 : (x[i] > 0 ? 1 : -1);
+      if (q[i] != 0) positions.push_back(i);
+    }
+    if (decoder == kGolombDecode) {
+      if (rng() % 2) tlc::GolombBstar(n ? static_cast<double>(positions.size()) / n : 0.0, &b);
+      tlc::GolombEncode(positions.data(), positions.size(), b, &code);
+    } else {
+      Bytes packed(tlc::PackedSize(n));
+      tlc::PackBase3(q.data(), n, packed.data());
+      if (decoder == kUnpackBase3) {
+        code = packed;
+      } else {
+        tlc::ZreEncode(packed.data(), packed.size(), tlc::SerialExecutor(), alloc);
+        header_n = static_cast<int64_t>(packed.size());
+      }
+    }
+  }
+  Bytes input = {static_cast<uint8_t>(big ? 3 : 0), static_cast<uint8_t>(header_n),
+                 static_cast<uint8_t>(header_n >> 8), static_cast<uint8_t>(header_n >> 16),
+                 static_cast<uint8_t>(64 + 32 * (rng() % 6) + b), m_selector};
+  input.insert(input.end(), code.begin(), code.end());
+  return input;
+}
+
+void Mutate(Bytes& input, std::mt19937_64& rng) {
+  static const uint8_t kSpecial[] = {0, 1, 0x7F, 0x80, 120, 121, 122, 242, 243, 244, 254, 255};
+  const int edits = 1 + static_cast<int>(rng() % 4);
+  for (int e = 0; e < edits; ++e) {
+    if (input.size() < kHeaderSize) input.resize(kHeaderSize, 0);
+    const size_t body = input.size() - kHeaderSize;
+    const size_t at = kHeaderSize + (body ? rng() % body : 0);
+    switch (rng() % 10) {
+      case 0: input[rng() % kHeaderSize] = static_cast<uint8_t>(rng()); break;
+      case 1: {  // n off by a little: padding and group-count edges
+        int64_t n = input[1] | (input[2] << 8) | (input[3] << 16);
+        n = std::max<int64_t>(0, n + static_cast<int64_t>(rng() % 11) - 5);
+        input[1] = static_cast<uint8_t>(n);
+        input[2] = static_cast<uint8_t>(n >> 8);
+        input[3] = static_cast<uint8_t>(n >> 16);
+        break;
+      }
+      case 2: if (body) input[at] ^= static_cast<uint8_t>(1u << (rng() % 8)); break;
+      case 3: if (body) input[at] = static_cast<uint8_t>(rng()); break;
+      case 4: if (body) input[at] = kSpecial[rng() % sizeof(kSpecial)]; break;
+      case 5: input.resize(kHeaderSize + (body ? rng() % body : 0)); break;   // truncate
+      case 6: input.insert(input.begin() + at, static_cast<uint8_t>(rng())); break;
+      case 7: if (body) input.erase(input.begin() + at); break;
+      case 8: input.push_back(kSpecial[rng() % sizeof(kSpecial)]); break;    // trailing byte
+      case 9: if (body > 1) {  // copy a chunk elsewhere
+        const size_t from = kHeaderSize + rng() % body;
+        const size_t count = 1 + rng() % std::min<size_t>(16, input.size() - from);
+        Bytes chunk(input.begin() + from, input.begin() + from + count);
+        input.insert(input.begin() + at, chunk.begin(), chunk.end());
+      } break;
+    }
+  }
+}
+
+}  // namespace tlc_fuzz
