@@ -81,8 +81,7 @@ def _run_worker(server, cluster, spec, index, config, flags):
     num_workers = len(spec["worker"])
     dataset = data.load(flags.dataset, flags.data_dir)
     model_name = flags.model or dataset.default_model
-    batches = data.Batcher(dataset.train_x, dataset.train_y, flags.batch_size,
-                           seed=flags.seed * 1000 + index)
+    batches = dataset.batcher(flags.batch_size, index, flags.seed)
     worker = f"/job:worker/task:{index}"
     tf.compat.v1.set_random_seed(flags.seed)
     with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(cluster=cluster,
@@ -96,7 +95,7 @@ def _run_worker(server, cluster, spec, index, config, flags):
             eval_logits = models.build(model_name, images, dataset.num_classes, training=False)
         per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
             labels=labels, logits=logits)
-        loss = tf.reduce_mean(per_example_loss)
+        loss = tf.reduce_mean(per_example_loss) + models.weight_decay(flags.weight_decay)
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(eval_logits, 1), labels), tf.int64))
         compressor = compressor_from_flags(flags.compressor, flags)
         if hasattr(compressor, "second_moments"):  # variance-based: per-example statistics
@@ -145,8 +144,9 @@ def _run_worker(server, cluster, spec, index, config, flags):
                              or step >= flags.steps):
                 last = _report(sess, traffic, step, loss_value, last, flags, writer)
                 if flags.eval_every and step >= next_eval:  # at log points only
-                    last["accuracy"] = _evaluate(sess, correct, images, labels, dataset,
-                                                 flags.eval_batch, limit=flags.eval_examples)
+                    last["accuracy"] = data.evaluate(sess, correct, images, labels,
+                                                     dataset.test_x, dataset.test_y,
+                                                     flags.eval_batch, limit=flags.eval_examples)
                     next_eval = (step // flags.eval_every + 1) * flags.eval_every
                 curve.append(last)
         last_step_time = time.time()
@@ -165,8 +165,9 @@ def _run_worker(server, cluster, spec, index, config, flags):
                                           "pull_bytes_per_step", "accuracy")} for point in curve]
             summary["pull_compressions"] = int(sess.run(sync.pull_compressions))
             summary["compressed_variables"] = len(sync.compressed_variables)
-            summary["test_accuracy"] = _evaluate(sess, correct, images, labels, dataset,
-                                                 flags.eval_batch)
+            summary["test_accuracy"] = data.evaluate(sess, correct, images, labels,
+                                                     dataset.test_x, dataset.test_y,
+                                                     flags.eval_batch)
             print(f"test accuracy {summary['test_accuracy']:.4f}", flush=True)
     # Only now release the parameter servers: the session has closed cleanly.
     with tf.compat.v1.Session(server.target, config=config) as plain:
@@ -199,13 +200,3 @@ def _report(sess, traffic, step, loss_value, last, flags, writer):
         writer.flush()
     return {"time": now, "step": step, "loss": float(loss_value), "push_bytes_per_step": push,
             "pull_bytes_per_step": pull, **counters}
-
-
-def _evaluate(sess, correct, images, labels, dataset, batch, limit=None):
-    count = min(limit or len(dataset.test_x), len(dataset.test_x))
-    total = 0
-    for begin in range(0, count, batch):
-        end = min(begin + batch, count)
-        total += sess.run(correct, {images: dataset.test_x[begin:end],
-                                    labels: dataset.test_y[begin:end]})
-    return total / count

@@ -41,6 +41,8 @@ flags.DEFINE_integer("steps", 600, "Global steps to train.")
 flags.DEFINE_string("optimizer", "momentum", "sgd, momentum or adam.")
 flags.DEFINE_float("learning_rate", 0.05, "Learning rate.")
 flags.DEFINE_float("momentum", 0.9, "Momentum (momentum optimizer).")
+flags.DEFINE_float("weight_decay", 0.0, "L2 weight decay on conv and dense kernels (He et al. "
+                   "use 1e-4 on CIFAR).")
 # Compression.
 flags.DEFINE_string("compressor", "3lc", "Registered compressor name (tlc.compressors.names()).")
 flags.DEFINE_float("sparsity_multiplier", 1.0, "3LC sparsity multiplier s in [1, 2).")
