@@ -1,111 +1,218 @@
 """docs/FORMAT.md implemented again, slowly and plainly, in numpy/Python.
 
-Used only by the tests, as an independent check of the C++ core's bytes.
+Used only by the tests, as an independent check of the C++ core: encoders must
+give the same bytes, decoders must accept exactly the same inputs (every
+rejection here is a ValueError) and give the same values.
 """
 import math
 
 import numpy as np
 
+MAX_GOLOMB_B = 31
 
+
+# ------------------------------------------------------ 1. quantization --
 def quantize(x, e, s):
-    """Returns (q int8, m float32, new error) per section 1."""
+    """Returns (q int8, m float32, new error float32) for a = x + e."""
     s = np.float32(s)
-    a = (x.astype(np.float32) + e.astype(np.float32)).astype(np.float32)
-    if not np.all(np.isfinite(a)):
-        raise ValueError("non-finite")
-    big = np.float32(np.max(np.abs(a))) if a.size else np.float32(0)
-    m = np.float32(big * s)
+    if not (np.float32(1) <= s < np.float32(2)):
+        raise ValueError("sparsity multiplier must be in [1, 2)")
+    x = np.asarray(x, np.float32)
+    e = np.asarray(e, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = x + e
+        bad = np.flatnonzero(~np.isfinite(a))
+        if len(bad):
+            raise ValueError(f"non-finite value at element {bad[0]}")
+        big = np.max(np.abs(a)) if a.size else np.float32(0)
+        m = np.float32(big * s)
     if not np.isfinite(m):
-        raise ValueError("overflow")
+        raise ValueError("m overflows")
     half = np.float32(m * np.float32(0.5))
     q = np.zeros(a.shape, np.int8)
     q[a > half] = 1
     q[a < -half] = -1
-    new_e = (a - m * q.astype(np.float32)).astype(np.float32)
-    return q, m, new_e
+    new_e = a - m * q.astype(np.float32)
+    return q, m, new_e.astype(np.float32)
 
 
+def values(q, m):
+    """m*q with +0.0 for the zeros."""
+    m = np.float32(m)
+    return np.where(q > 0, m, np.where(q < 0, -m, np.float32(0))).astype(np.float32)
+
+
+# --------------------------------------------------------- 2. base-3^5 --
 def pack(q):
-    digits = list(q.astype(int) + 1) + [1] * ((-len(q)) % 5)
-    return np.array([81 * digits[j] + 27 * digits[j + 1] + 9 * digits[j + 2] + 3 * digits[j + 3]
-                     + digits[j + 4] for j in range(0, len(digits), 5)], np.uint8)
+    q = [int(v) for v in q]
+    if any(v not in (-1, 0, 1) for v in q):
+        raise ValueError("q must be -1, 0 or 1")
+    digits = [v + 1 for v in q] + [1] * ((-len(q)) % 5)
+    out = []
+    for j in range(0, len(digits), 5):
+        byte = 0
+        for d in digits[j:j + 5]:
+            byte = 3 * byte + d
+        out.append(byte)
+    return np.array(out, np.uint8)
+
+
+def digits_of(byte):
+    """The five digits of a byte <= 242, most significant first."""
+    out = []
+    for _ in range(5):
+        out.append(byte % 3)
+        byte //= 3
+    return out[::-1]
 
 
 def unpack(packed, n):
+    if n < 0:
+        raise ValueError("negative n")
+    if len(packed) != (n + 4) // 5:
+        raise ValueError("wrong packed length")
     q = []
-    for b in packed:
-        group = []
-        for _ in range(5):
-            group.append(int(b) % 3 - 1)
-            b = int(b) // 3
-        q.extend(reversed(group))
+    for byte in packed:
+        if byte > 242:
+            raise ValueError("byte above 242")
+        q.extend(d - 1 for d in digits_of(int(byte)))
+    if any(v != 0 for v in q[n:]):
+        raise ValueError("padding digits are not zero")
     return np.array(q[:n], np.int8)
 
 
+# --------------------------------------------------------- 3. zero-run --
 def zre_encode(packed):
     out, run = [], 0
 
     def flush():
         nonlocal run
-        while run >= 14:
-            out.append(255)
-            run -= 14
+        out.extend([255] * (run // 14))
+        run %= 14
         if run == 1:
             out.append(121)
         elif run >= 2:
             out.append(243 + run - 2)
         run = 0
 
-    for b in packed:
-        if b == 121:
+    for byte in packed:
+        byte = int(byte)
+        if byte > 242:
+            raise ValueError("not a base-3^5 byte")
+        if byte == 121:
             run += 1
         else:
             flush()
-            out.append(int(b))
+            out.append(byte)
     flush()
     return np.array(out, np.uint8)
 
 
-def zre_decode(code):
+def zre_decode(code, n_bytes):
+    if n_bytes < 0:
+        raise ValueError("negative size")
     out = []
-    for b in code:
-        if b <= 242:
-            out.append(int(b))
+    for byte in code:
+        byte = int(byte)
+        if byte <= 242:
+            out.append(byte)
         else:
-            out.extend([121] * (14 if b == 255 else b - 241))
+            out.extend([121] * (14 if byte == 255 else byte - 241))
+        if len(out) > n_bytes:
+            raise ValueError("code describes too many bytes")
+    if len(out) != n_bytes:
+        raise ValueError("code describes too few bytes")
     return np.array(out, np.uint8)
 
 
+# ------------------------------------------------------ 4. Golomb-Rice --
 def golomb_bstar(p):
+    if math.isnan(p):
+        raise ValueError("p is NaN")
     if p <= 0:
-        return 31
+        return MAX_GOLOMB_B
     if p >= 1:
         return 0
     phi = (1 + math.sqrt(5)) / 2
-    v = 1 + math.floor(math.log2(math.log(phi - 1) / math.log(1 - p)))
-    return int(min(31, max(0, v)))
+    ratio = math.log(phi - 1) / math.log1p(-p)
+    return int(min(MAX_GOLOMB_B, max(0, 1 + math.floor(math.log2(ratio)))))
 
 
 def golomb_bits(positions, b):
     bits, prev = [], -1
     for pos in positions:
-        d = int(pos) - prev
-        prev = int(pos)
+        pos = int(pos)
+        if pos <= prev:
+            raise ValueError("positions must be non-negative and increasing")
+        d, prev = pos - prev, pos
         q, r = (d - 1) >> b, (d - 1) & ((1 << b) - 1)
         bits += [1] * q + [0] + [(r >> (b - 1 - k)) & 1 for k in range(b)]
     return bits
 
 
-def bits_to_bytes(bits, pad):
-    bits = bits + [pad] * ((-len(bits)) % 8)
+def to_bytes(bits, pad):
+    bits = list(bits) + [pad] * ((-len(bits)) % 8)
     return np.array([int("".join(map(str, bits[i:i + 8])), 2) for i in range(0, len(bits), 8)],
                     np.uint8)
 
 
+def to_bits(code):
+    return [(int(byte) >> (7 - k)) & 1 for byte in code for k in range(8)]
+
+
 def golomb_encode(positions, b):
-    return bits_to_bytes(golomb_bits(positions, b), 1)
+    if not 0 <= b <= MAX_GOLOMB_B:
+        raise ValueError("bad b")
+    return to_bytes(golomb_bits(positions, b), 1)
 
 
+class BitReader:
+    def __init__(self, code):
+        self.bits = to_bits(code)
+        self.pos = 0
+
+    def at_end(self):
+        rest = self.bits[self.pos:]
+        return len(rest) < 8 and all(rest)
+
+    def position(self, prev, b, n):
+        """Reads one code word; returns prev + gap, which must be < n."""
+        q = 0
+        while True:
+            if self.pos >= len(self.bits):
+                raise ValueError("truncated code word")
+            bit = self.bits[self.pos]
+            self.pos += 1
+            if not bit:
+                break
+            q += 1
+            if prev + 1 + (q << b) >= n:  # the smallest gap with this q is already too big
+                raise ValueError("position >= n")
+        if self.pos + b > len(self.bits):
+            raise ValueError("truncated remainder")
+        r = 0
+        for bit in self.bits[self.pos:self.pos + b]:
+            r = 2 * r + bit
+        self.pos += b
+        pos = prev + (q << b) + r + 1
+        if pos >= n:
+            raise ValueError("position >= n")
+        return pos
+
+
+def golomb_decode(code, b, n):
+    if not 0 <= b <= MAX_GOLOMB_B:
+        raise ValueError("bad b")
+    if n < 0:
+        raise ValueError("negative n")
+    reader, out, prev = BitReader(code), [], -1
+    while not reader.at_end():
+        prev = reader.position(prev, b, n)
+        out.append(prev)
+    return np.array(out, np.int64)
+
+
+# ------------------------------------------------------ 5. 3LC payloads --
 def leb128(v):
     out = []
     while True:
@@ -115,24 +222,94 @@ def leb128(v):
             return out
 
 
+def read_leb128(body, pos):
+    """(value, next pos); at most 10 bytes and the value must fit 64 bits."""
+    value = 0
+    for k in range(10):
+        if pos >= len(body):
+            raise ValueError("truncated count")
+        byte = int(body[pos])
+        pos += 1
+        value |= (byte & 0x7F) << (7 * k)
+        if not byte & 0x80:
+            if value >= 1 << 64:
+                raise ValueError("count overflows")
+            return value, pos
+    raise ValueError("count is too long")
+
+
+def golomb_body(q):
+    nz = np.flatnonzero(q)
+    k = len(nz)
+    b = golomb_bstar(k / len(q) if len(q) else 0.0)
+    signs = to_bytes([1 if q[i] < 0 else 0 for i in nz], 0)
+    return np.concatenate([np.array([b] + leb128(k), np.uint8), signs,
+                           golomb_encode(nz, b)]).astype(np.uint8)
+
+
 def compress(x, e, s, adaptive=False):
-    """(code, m, new_error) per sections 1-5."""
+    """(code, m, new_error) of sections 1-5."""
     q, m, new_e = quantize(x, e, s)
     zre = zre_encode(pack(q))
     if not adaptive:
         return zre, m, new_e
-    nz = np.flatnonzero(q)
-    k = len(nz)
-    if 2 * k < 8 * len(zre):
-        b = golomb_bstar(k / len(q) if len(q) else 0.0)
-        signs = bits_to_bytes([1 if q[i] < 0 else 0 for i in nz], 0) if k else np.zeros(0, np.uint8)
-        body = np.concatenate([np.array([b] + leb128(k), np.uint8), signs,
-                               golomb_encode(nz, b)]).astype(np.uint8)
+    if 2 * np.count_nonzero(q) < 8 * len(zre):
+        body = golomb_body(q)
         if len(body) < len(zre):
             return np.concatenate([[1], body]).astype(np.uint8), m, new_e
     return np.concatenate([[0], zre]).astype(np.uint8), m, new_e
 
 
-def decompress_zre(code, m, n):
-    q = unpack(zre_decode(code), n)
-    return np.where(q > 0, m, np.where(q < 0, -m, 0)).astype(np.float32)
+def decode_q(code, n, adaptive=False):
+    """q (int8, n) of a 3LC payload; ValueError for anything a decoder must reject."""
+    code = np.asarray(code, np.uint8)
+    if n < 0:
+        raise ValueError("negative n")
+    if not adaptive:
+        return unpack(zre_decode(code, (n + 4) // 5), n)
+    if len(code) == 0:
+        raise ValueError("no tag")
+    if code[0] == 0:
+        return unpack(zre_decode(code[1:], (n + 4) // 5), n)
+    if code[0] != 1:
+        raise ValueError("unknown tag")
+    body = code[1:]
+    if len(body) == 0:
+        raise ValueError("empty golomb body")
+    b = int(body[0])
+    if b > MAX_GOLOMB_B:
+        raise ValueError("bad b")
+    k, pos = read_leb128(body, 1)
+    if k > n:
+        raise ValueError("K > n")
+    sign_bytes = (k + 7) // 8
+    if len(body) - pos < sign_bytes:
+        raise ValueError("truncated signs")
+    sign_bits = to_bits(body[pos:pos + sign_bytes])
+    if any(sign_bits[k:]):
+        raise ValueError("sign padding")
+    reader, prev = BitReader(body[pos + sign_bytes:]), -1
+    q = np.zeros(n, np.int8)
+    for i in range(k):
+        prev = reader.position(prev, b, n)
+        q[prev] = -1 if sign_bits[i] else 1
+    if not reader.at_end():
+        raise ValueError("trailing bytes")
+    return q
+
+
+def decompress(code, m, n, adaptive=False):
+    if not (np.isfinite(m) and m >= 0):
+        raise ValueError("bad m")
+    return values(decode_q(code, n, adaptive), m)
+
+
+def accumulate(base, code, m, adaptive=False):
+    """A new array: base + m*q where q != 0, base's bits elsewhere."""
+    if not (np.isfinite(m) and m >= 0):
+        raise ValueError("bad m")
+    q = decode_q(code, len(base), adaptive)
+    out = np.array(base, np.float32, copy=True)
+    nz = q != 0
+    out[nz] = out[nz] + values(q, m)[nz]
+    return out
