@@ -10,3 +10,4 @@ from tlc.compressors.base import (  # noqa: F401
 )
 from tlc.compressors.threelc import Float32, ThreeLC  # noqa: F401
 from tlc.compressors import aqgb, baselines, sbc, variance  # noqa: F401,E402  (registration)
+from tlc import controller  # noqa: F401,E402  (registers 3lc_auto)
