@@ -134,7 +134,10 @@ def golomb_bstar(p):
     if p >= 1:
         return 0
     phi = (1 + math.sqrt(5)) / 2
-    ratio = math.log(phi - 1) / math.log1p(-p)
+    ln_q = math.log1p(-p)
+    ratio = math.log(phi - 1) / ln_q if ln_q else math.inf
+    if math.isinf(ratio):  # p so small that the ratio overflows: b* is clamped
+        return MAX_GOLOMB_B
     return int(min(MAX_GOLOMB_B, max(0, 1 + math.floor(math.log2(ratio)))))
 
 
