@@ -27,8 +27,10 @@ def compress_3lc(x, error, sparsity_multiplier, adaptive=False, name=None):
     if isinstance(error, tf.Variable):
         return _ops.tlc_compress3lc_update_error(tf.reshape(x, [-1]), error.handle, s,
                                                  adaptive=adaptive, name=name)
-    return _ops.tlc_compress3lc(tf.reshape(x, [-1]), tf.reshape(error, [-1]), s,
-                                adaptive=adaptive, name=name)
+    error = tf.convert_to_tensor(error)
+    code, m, new_error = _ops.tlc_compress3lc(tf.reshape(x, [-1]), tf.reshape(error, [-1]), s,
+                                              adaptive=adaptive, name=name)
+    return code, m, tf.reshape(new_error, tf.shape(error))  # error's shape, as documented
 
 
 def decompress_3lc(code, m, num_elements, adaptive=False, name=None):
