@@ -3,7 +3,10 @@
 # call against the reference decoders in custom_ops/fuzz/reference.h.
 #   scripts/ci_fuzz.sh [--seconds S]   time box per decoder (default 20)
 #   scripts/ci_fuzz.sh --long [N]      at least N inputs per decoder (default 100000)
-#   options: --jobs J (decoders fuzzed at once, default: number of cores)
+#   options: --jobs J      decoders fuzzed at once (default: number of cores)
+#            --only A,B    fuzz only these decoders
+#            --core DIR    core sources to fuzz (default custom_ops/core; the
+#                          tests point it at a copy with a planted bug)
 # Engines: libFuzzer (coverage-guided) when clang++ can link it, plus a
 # standalone mutation driver (g++ or clang++) that also decodes big tensors on
 # 4 threads. Prints "DECODER: N inputs, 0 crashes" per decoder; exits
@@ -11,22 +14,25 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=20 count=0 jobs=$(nproc 2>/dev/null || echo 2)
+seconds=20 count=0 jobs=$(nproc 2>/dev/null || echo 2) core=custom_ops/core only=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --long) count=100000; shift; if [[ "${1:-}" =~ ^[0-9]+$ ]]; then count=$1; shift; fi ;;
     --jobs) jobs=$2; shift 2 ;;
+    --only) IFS=, read -r -a only <<<"$2"; shift 2 ;;
+    --core) core=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 DECODERS=(decompress decompress_adaptive accumulate accumulate_adaptive unpack_base3
           zre_decode golomb_decode)
+[ ${#only[@]} -gt 0 ] && DECODERS=("${only[@]}")
 
-out=build/fuzz
+out=${TLC_FUZZ_OUT:-build/fuzz}  # binaries, logs, corpus, crash artifacts
 rm -rf "$out/logs" "$out/artifacts"
 mkdir -p "$out/logs" "$out/artifacts" "$out/corpus"
-SRC=(custom_ops/fuzz/harness.cc custom_ops/core/*.cc)
+SRC=(custom_ops/fuzz/harness.cc "$core"/*.cc)
 FLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all -pthread)
 
 CXX=${CXX:-$(command -v g++ || command -v clang++ || true)}
