@@ -143,6 +143,7 @@ CALLS = [
     ("encode repeated", "golomb_encode", (np.array([3, 3]), 2), "strictly increasing"),
     ("encode decreasing", "golomb_encode", (np.array([5, 4]), 2), "increasing \\(index 1\\)"),
     ("encode negative", "golomb_encode", (np.array([-1]), 2), "non-negative"),
+    ("encode huge gap", "golomb_encode", (np.array([1 << 62]), 0), "exceed 4 GiB"),
     ("bstar NaN", "golomb_bstar", (float("nan"),), "NaN"),
     ("pack 2", "pack_base3", (np.array([0, 2], np.int8),), "value 2 at index 1"),
     ("pack -2", "pack_base3", (np.array([-2], np.int8),), "value -2 at index 0"),

@@ -94,7 +94,21 @@ Status GolombEncode(const int64_t* positions, int64_t count, int b, std::vector<
     }
     prev = positions[i];
   }
+  // Size the code first: a huge gap with a small b would otherwise spend
+  // minutes (or all memory) writing one-bits.
+  constexpr uint64_t kMaxCodeBits = uint64_t{8} << 32;  // 4 GiB
+  uint64_t bits = 0;
+  prev = -1;
+  for (int64_t i = 0; i < count && bits <= kMaxCodeBits; ++i) {
+    bits += GolombWriter::GapBits(static_cast<uint64_t>(positions[i] - prev), b);
+    prev = positions[i];
+  }
+  if (bits > kMaxCodeBits) {
+    return Status::Invalid("golomb_encode: the code would exceed 4 GiB (gaps too large for b = " +
+                           std::to_string(b) + ")");
+  }
   out->clear();
+  out->reserve((bits + 7) / 8);
   GolombWriter writer(b, out);
   prev = -1;
   for (int64_t i = 0; i < count; ++i) {
