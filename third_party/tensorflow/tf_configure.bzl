@@ -12,11 +12,13 @@ def _tf_configure_impl(ctx):
         fail("cannot read tf.sysconfig with %s: %s" % (python, result.stderr))
     flags = json.decode(result.stdout.strip().splitlines()[-1])
     include_dir = [f[2:] for f in flags["compile"] if f.startswith("-I")][0]
-    lib_dir = [f[2:] for f in flags["link"] if f.startswith("-L")][0]
-    lib_name = [f[3:] for f in flags["link"] if f.startswith("-l:")][0]
+    if not [f for f in flags["link"] if f.startswith("-l:")]:
+        fail("tf.sysconfig.get_link_flags() has no -l:libtensorflow_framework flag: %s" % flags["link"])
+
+    # Compile flags as TF gives them (C++ standard, _GLIBCXX_USE_CXX11_ABI, ...),
+    # minus the include dir, which becomes the tf_headers target.
     copts = [f for f in flags["compile"] if not f.startswith("-I")]
     ctx.symlink(include_dir, "include")
-    ctx.symlink(lib_dir + "/" + lib_name, lib_name)
     ctx.file("flags.bzl", "TF_COPTS = %s\n" % repr(copts))
     ctx.file("BUILD", """
 package(default_visibility = ["//visibility:public"])
@@ -29,11 +31,12 @@ cc_library(
     includes = ["include"],
 )
 
+# Linked with TF's own flags: -L<tensorflow dir> -l:libtensorflow_framework.so.2.
 cc_library(
     name = "tf_framework",
-    srcs = ["%s"],
+    linkopts = %s,
 )
-""" % lib_name)
+""" % repr(flags["link"]))
 
 tf_configure = repository_rule(
     implementation = _tf_configure_impl,
