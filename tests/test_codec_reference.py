@@ -146,3 +146,7 @@ def test_format_document_examples():
     big[::25] = 1  # K = 200 needs a two-byte count
     code, _ = codec.compress_3lc(big, np.zeros_like(big), 1.0, adaptive=True)
     assert list(code[:5]) == [1, 4, 200, 1, 0] and len(code) == 1 + 1 + 2 + 25 + 150
+    zeros = np.zeros(1000, np.float32)
+    assert list(codec.compress_3lc(zeros, zeros.copy(), 1.0, adaptive=True)[0]) == [1, 31, 0]
+    zeros = np.zeros(12, np.float32)
+    assert list(codec.compress_3lc(zeros, zeros.copy(), 1.0, adaptive=True)[0]) == [0, 244]
