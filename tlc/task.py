@@ -60,12 +60,36 @@ def _run_ps(server, spec, index, config):
     return 0
 
 
+def parse_compressor_args(text):
+    """'p=0.01,delay=2' -> {'p': 0.01, 'delay': 2} (numbers, true/false, or text)."""
+    kwargs = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--compressor_args: expected key=value, got {item!r}")
+        value = value.strip()
+        for convert in (int, float):
+            try:
+                value = convert(value)
+                break
+            except ValueError:
+                continue
+        if value in ("true", "false"):
+            value = value == "true"
+        kwargs[key.strip()] = value
+    return kwargs
+
+
 def compressor_from_flags(name, flags):
     """Builds the compressor a flag names, with its flag-given parameters."""
-    if name == "3lc":
-        return compressors.create("3lc", sparsity_multiplier=flags.sparsity_multiplier,
-                                  adaptive=flags.adaptive)
-    return compressors.create(name)
+    kwargs = parse_compressor_args(flags.compressor_args)
+    if name in ("3lc", "3lc_auto"):
+        kwargs.setdefault("sparsity_multiplier", flags.sparsity_multiplier)
+        kwargs.setdefault("adaptive", flags.adaptive)
+    try:
+        return compressors.create(name, **kwargs)
+    except TypeError as e:
+        raise ValueError(f"--compressor_args do not fit compressor {name!r}: {e}") from e
 
 
 def make_inner_optimizer(flags):
@@ -83,7 +107,9 @@ def _run_worker(server, cluster, spec, index, config, flags):
     model_name = flags.model or dataset.default_model
     batches = dataset.batcher(flags.batch_size, index, flags.seed)
     worker = f"/job:worker/task:{index}"
-    tf.compat.v1.set_random_seed(flags.seed)
+    # Per task: stochastic compressors must not draw the same numbers on every
+    # worker (the model is initialised once, by the chief).
+    tf.compat.v1.set_random_seed(flags.seed * 1000 + index)
     with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(cluster=cluster,
                                                                       worker_device=worker)):
         global_step = tf.compat.v1.train.get_or_create_global_step()

@@ -47,6 +47,7 @@ flags.DEFINE_float("weight_decay", 0.0, "L2 weight decay on conv and dense kerne
 flags.DEFINE_string("compressor", "3lc", "Registered compressor name (tlc.compressors.names()).")
 flags.DEFINE_float("sparsity_multiplier", 1.0, "3LC sparsity multiplier s in [1, 2).")
 flags.DEFINE_bool("adaptive", True, "3LC: pick the smaller of zero-run and Golomb encodings.")
+flags.DEFINE_string("compressor_args", "", "Compressor parameters, e.g. p=0.01,delay=2 for sbc.")
 flags.DEFINE_string("pull_compressor", None, "Compressor for model pulls (default: as push).")
 flags.DEFINE_integer("compress_threshold", 1024, "Tensors with fewer elements go uncompressed.")
 # Output.
@@ -86,6 +87,15 @@ def check_flags():
         errors.append(f"--learning_rate must be > 0, got {FLAGS.learning_rate}")
     if FLAGS.optimizer not in ("sgd", "momentum", "adam"):
         errors.append(f"--optimizer must be sgd, momentum or adam, got {FLAGS.optimizer}")
+    if not errors:
+        from tlc import task  # pylint: disable=import-outside-toplevel
+        for flag in ("compressor", "pull_compressor"):
+            name = getattr(FLAGS, flag)
+            if name is not None:
+                try:
+                    task.compressor_from_flags(name, FLAGS)
+                except ValueError as e:
+                    errors.append(f"--{flag}={name}: {e}")
     if errors:
         raise app.UsageError("; ".join(errors))
 
