@@ -62,7 +62,7 @@ def test_compression_ratio_reported(threelc_run):
 
 
 def test_processes_exit_promptly(threelc_run):
-    assert threelc_run["exit_seconds_after_last_step"] < 5.0
+    assert threelc_run["exit_seconds_after_work"] < 5.0
 
 
 def test_backup_workers_keep_training(tmp_path):

@@ -59,8 +59,10 @@ def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=Non
     if wire_bytes is not None:
         summary["wire_bytes"] = wire_bytes
     if exit_times and reports:
-        last_step = max(r["last_step_time"] for r in reports)
-        summary["exit_seconds_after_last_step"] = round(max(exit_times.values()) - last_step, 2)
+        # Shutdown time: from the moment the last worker finished its work
+        # (training, final checks, evaluation) to the last process exit.
+        done = max(r["work_done_time"] for r in reports)
+        summary["exit_seconds_after_work"] = round(max(exit_times.values()) - done, 2)
     with open(os.path.join(logdir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
     return summary

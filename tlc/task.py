@@ -195,6 +195,8 @@ def _run_worker(server, cluster, spec, index, config, flags):
                                                      dataset.test_x, dataset.test_y,
                                                      flags.eval_batch)
             print(f"test accuracy {summary['test_accuracy']:.4f}", flush=True)
+        # Training, checks and evaluation are done: from here on it is shutdown.
+        summary["work_done_time"] = time.time()
     # Only now release the parameter servers: the session has closed cleanly.
     with tf.compat.v1.Session(server.target, config=config) as plain:
         plain.run(say_done)
