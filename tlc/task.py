@@ -146,7 +146,10 @@ def _run_worker(server, cluster, spec, index, config, flags):
     writer = tf.compat.v1.summary.FileWriter(os.path.join(logdir, "tensorboard")) if is_chief \
         else None
     checkpoint_dir = os.path.join(logdir, "checkpoints") if is_chief else None
-    hooks = [sync.make_session_run_hook(is_chief)]
+    # No initial tokens: the first update then waits for every worker's first
+    # gradient, so a chief that is ready early cannot take all the tokens and
+    # train alone while the others are still copying the model.
+    hooks = [sync.make_session_run_hook(is_chief, num_tokens=0)]
     traffic = sync.traffic
     start = time.time()
     summary = {"task": index, "model": model_name, "compressor": sync.compressor.describe()}
