@@ -78,12 +78,11 @@ fuzz_one() {
       "$out/logs/$d".*.log; then
     status=crash
   fi
-  local inputs decoded
-  inputs=$(sed -n "s/^tlc-fuzz $d: \([0-9]*\) inputs.*/\1/p" "$out/logs/$d".*.log |
-           awk '{s += $1} END {print s + 0}')
-  decoded=$(sed -n "s/^tlc-fuzz $d: .* \([0-9]*\) decoded/\1/p" "$out/logs/$d".*.log |
-            awk '{s += $1} END {print s + 0}')
-  echo "$inputs $decoded $status" >"$out/logs/$d.result"
+  # Sum "tlc-fuzz D: N inputs, K decoded, T threaded" over the engines.
+  sed -n "s/^tlc-fuzz $d: \([0-9]*\) inputs, \([0-9]*\) decoded, \([0-9]*\) threaded$/\1 \2 \3/p" \
+      "$out/logs/$d".*.log |
+    awk -v s="$status" '{a += $1; b += $2; c += $3} END {print a + 0, b + 0, c + 0, s}' \
+    >"$out/logs/$d.result"
 }
 
 for d in "${DECODERS[@]}"; do
@@ -94,9 +93,9 @@ wait
 
 failed=0
 for d in "${DECODERS[@]}"; do
-  read -r inputs decoded status <"$out/logs/$d.result" || { inputs=0 decoded=0 status=crash; }
+  read -r inputs decoded threaded status <"$out/logs/$d.result" || { inputs=0 status=crash; }
   if [ "$status" = ok ]; then
-    echo "$d: $inputs inputs, 0 crashes ($decoded decoded)"
+    echo "$d: $inputs inputs, 0 crashes ($decoded decoded, $threaded calls split over threads)"
   else
     failed=1
     echo "$d: $inputs inputs, 1 crashes (logs: $out/logs/$d.*.log)"

@@ -1,7 +1,7 @@
 // Standalone fuzz driver for compilers without libFuzzer (g++): a seeded
 // mutation loop over valid codes from the core's encoders.
 //   fuzz_driver DECODER (--count N | --seconds S) [--seed K]
-// Every 64th seed is a big tensor decoded on 4 threads (parallel slices).
+// Every 32nd seed is a big tensor decoded on 4 threads (parallel slices).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,13 +30,15 @@ int main(int argc, char** argv) {
   tlc_fuzz::Bytes input;
   long seeds = 0;
   for (long runs = 0; by_count ? runs < limit : elapsed() < limit; ++runs) {
-    if (runs % 16 == 0) input = tlc_fuzz::MakeSeed(decoder, ++seeds % 64 == 0, rng);
+    if (runs % 16 == 0) input = tlc_fuzz::MakeSeed(decoder, ++seeds % 32 == 0, rng);
     tlc_fuzz::Bytes mutated = input;
     if (runs % 16 != 0) tlc_fuzz::Mutate(mutated, rng);  // each seed is also run as is
     const bool ok = tlc_fuzz::RunOne(decoder, mutated.data(), mutated.size());
     if (ok || rng() % 4 == 0) input = mutated;  // walk on from accepted inputs
   }
   const tlc_fuzz::Stats& s = tlc_fuzz::GlobalStats();
-  std::fprintf(stderr, "tlc-fuzz %s: %ld inputs, %ld decoded\n", argv[1], s.inputs, s.decoded);
+  std::fprintf(stderr, "tlc-fuzz %s: %ld inputs, %ld decoded, %ld threaded\n",
+               argv[1], s.inputs, s.decoded,
+               s.threaded_calls);
   return 0;
 }

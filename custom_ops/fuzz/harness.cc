@@ -44,6 +44,7 @@ tlc::Executor ThreadedExecutor() {
   tlc::Executor exec;
   exec.num_threads = 4;
   exec.run = [](int64_t num_tasks, const std::function<void(int64_t)>& task) {
+    ++GlobalStats().threaded_calls;
     std::vector<std::thread> threads;
     for (int64_t i = 1; i < num_tasks; ++i) threads.emplace_back(task, i);
     task(0);
@@ -172,14 +173,16 @@ bool RunOne(int decoder, const uint8_t* data, size_t size) {
 }
 
 Bytes MakeSeed(int decoder, bool big, std::mt19937_64& rng) {
-  int64_t n = big ? 150000 + rng() % 250000 : rng() % 3000;
+  // Big tensors give codes long enough (> 64 KiB) to be split over threads.
+  int64_t n = big ? 300000 + rng() % (kMaxElements - 300000) : rng() % 3000;
   if (rng() % 16 == 0) n = rng() % 8;
-  // Mostly-zero tensors give long runs and, when adaptive, Golomb bodies.
+  // Uniform values quantize densely; mostly-zero tensors give long runs and,
+  // when adaptive, Golomb bodies.
   const double density = std::ldexp(1.0, -static_cast<int>(rng() % 12));
-  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::uniform_real_distribution<double> unit;
   std::vector<float> x(n), error(n, 0.0f);
-  for (float& v : x) v = unit(rng) < density ? normal(rng) : normal(rng) * 1e-3f;
+  for (float& v : x) v = unit(rng) < density ? uniform(rng) : uniform(rng) * 1e-3f;
   Bytes code;
   auto alloc = [&](int64_t s) {
     code.resize(s);
@@ -190,15 +193,19 @@ Bytes MakeSeed(int decoder, bool big, std::mt19937_64& rng) {
   int64_t header_n = n;
   if (decoder <= kAccumulateAdaptive) {
     const bool adaptive = decoder == kDecompressAdaptive || decoder == kAccumulateAdaptive;
+    // Half the adaptive seeds are tag 0 + a zero-run code even where the
+    // encoder would pick Golomb: still valid, and dense ones get long.
+    const bool force_zero_run = adaptive && rng() % 2 == 0;
     tlc::Compress3LCResult result;
     const float s = 1.0f + static_cast<float>(rng() % 1000) / 1000.0f;
-    tlc::Compress3LC(x.data(), error.data(), error.data(), n, s, adaptive, tlc::SerialExecutor(),
-                     alloc, &result);
+    tlc::Compress3LC(x.data(), error.data(), error.data(), n, s, adaptive && !force_zero_run,
+                     tlc::SerialExecutor(), alloc, &result);
+    if (force_zero_run) code.insert(code.begin(), 0);
   } else {
     std::vector<int8_t> q(n);
     std::vector<int64_t> positions;
     for (int64_t i = 0; i < n; ++i) {
-      q[i] = std::fabs(x[i]) < 0.01f ? 0 : (x[i] > 0 ? 1 : -1);
+      q[i] = std::fabs(x[i]) < 0.5f ? 0 : (x[i] > 0 ? 1 : -1);
       if (q[i] != 0) positions.push_back(i);
     }
     if (decoder == kGolombDecode) {

@@ -51,6 +51,7 @@ void Mutate(Bytes& input, std::mt19937_64& rng);
 struct Stats {
   long inputs = 0;
   long decoded = 0;
+  long threaded_calls = 0;  // parallel sections actually split over threads
 };
 Stats& GlobalStats();
 

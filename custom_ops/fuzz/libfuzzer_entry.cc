@@ -15,8 +15,9 @@ int g_decoder = -1;
 
 void PrintStats() {
   const tlc_fuzz::Stats& s = tlc_fuzz::GlobalStats();
-  std::fprintf(stderr, "tlc-fuzz %s: %ld inputs, %ld decoded\n",
-               tlc_fuzz::DecoderName(g_decoder), s.inputs, s.decoded);
+  std::fprintf(stderr, "tlc-fuzz %s: %ld inputs, %ld decoded, %ld threaded\n",
+               tlc_fuzz::DecoderName(g_decoder), s.inputs, s.decoded,
+               s.threaded_calls);
 }
 }  // namespace
 
