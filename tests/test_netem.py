@@ -258,6 +258,14 @@ def test_teardown_on_exit_and_exception():
     with netem.SlowNetwork(2) as network:
         assert ours(network) <= set(netem.namespaces())
         sleeper = subprocess.Popen(network.command_prefix(0) + ["sleep", "60"])
+        # Under load `ip netns exec` may not have entered the namespace yet;
+        # teardown can only see processes that are inside.
+        ns = network.command_prefix(0)[-1]
+        deadline = time.time() + 20
+        while str(sleeper.pid) not in subprocess.run(
+                ["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+            assert time.time() < deadline, "sleeper never entered the namespace"
+            time.sleep(0.05)
     assert not ours(network) & set(netem.namespaces())
     # Processes left inside lose their network, so teardown ends them.
     assert sleeper.wait(10) == -signal.SIGKILL
