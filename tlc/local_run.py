@@ -3,6 +3,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 
 from tlc import cluster as cl
@@ -22,7 +23,8 @@ def default_logdir():
     return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
 
 
-def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=None):
+def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=None,
+              rate_changes=None):
     """Combines the workers' reports into one summary (also written to summary.json)."""
     reports = []
     for index in range(len(spec["worker"])):
@@ -58,6 +60,8 @@ def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=Non
     }
     if wire_bytes is not None:
         summary["wire_bytes"] = wire_bytes
+    if rate_changes:
+        summary["rate_changes"] = rate_changes
     if exit_times and reports:
         # Shutdown time: from the moment the last worker finished its work
         # (training, final checks, evaluation) to the last process exit.
@@ -66,6 +70,41 @@ def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=Non
     with open(os.path.join(logdir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
     return summary
+
+
+def parse_rate_changes(text):
+    """'60:10mbit,120:1gbit' -> [(60.0, '10mbit'), (120.0, '1gbit')], checked."""
+    from tlc import netem  # pylint: disable=import-outside-toplevel
+    changes = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        when, sep, rate = item.partition(":")
+        try:
+            seconds = float(when)
+        except ValueError:
+            seconds = -1.0
+        if not sep or not seconds >= 0:
+            raise ValueError(f"expected seconds:rate (e.g. 60:10mbit), got {item!r}")
+        netem.parse_rate(rate)  # raises ValueError on a bad rate
+        changes.append((seconds, rate))
+    return sorted(changes)
+
+
+def _schedule_rate_changes(net, text, start, done):
+    """Changes the links' rate at the given times, appending (time, rate) to
+    `done`; returns a stop function."""
+    stop = threading.Event()
+
+    def run():
+        for seconds, rate in parse_rate_changes(text):
+            if stop.wait(max(0.0, start + seconds - time.time())):
+                return
+            net.set_rate(rate)
+            done.append({"time": time.time(), "rate": rate})
+            print(f"tlc: link rate set to {rate} at {time.time() - start:.1f} s", flush=True)
+
+    thread = threading.Thread(target=run, name="tlc-rate-changes", daemon=True)
+    thread.start()
+    return stop.set
 
 
 @contextlib.contextmanager
@@ -105,13 +144,20 @@ def launch(flags, argv=None, spec=None):
         print(f"tlc: launching {len(spec['ps'])} ps + {len(spec['worker'])} workers "
               f"({flags.compressor}, {flags.dataset}); logs in {logdir}", flush=True)
         start = time.time()
-        with cl.Launcher(spec, lambda job, index: task_command(spec, job, index, logdir, argv),
-                         logdir, prefix=prefix) as launcher:
-            codes = launcher.wait(timeout=flags.timeout)
+        rate_changes = []
+        stop_changes = (_schedule_rate_changes(net, flags.netem_rate_changes, start, rate_changes)
+                        if net is not None and flags.netem_rate_changes else lambda: None)
+        try:
+            with cl.Launcher(spec, lambda job, index: task_command(spec, job, index, logdir, argv),
+                             logdir, prefix=prefix) as launcher:
+                codes = launcher.wait(timeout=flags.timeout)
+        finally:
+            stop_changes()
         wire = None
         if net is not None:  # counted by the kernel on each task's link
             wire = {f"{job}{index}": net.counters(i) for i, (job, index) in enumerate(order)}
-        summary = summarize(logdir, spec, codes, time.time() - start, launcher.exit_times, wire)
+        summary = summarize(logdir, spec, codes, time.time() - start, launcher.exit_times, wire,
+                            rate_changes)
     print(json.dumps(summary, indent=1), flush=True)
     if not summary["ok"]:
         failed = [t for t, c in summary["exit_codes"].items() if c != 0]

@@ -170,6 +170,11 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
                 "float32_bytes_per_step": self._float32_bytes_per_step}
 
     @property
+    def step_traffic(self):
+        """Fetch with the train op: bytes this worker pushes and pulls in that step."""
+        return self._step_traffic
+
+    @property
     def local_version(self):
         """Reads the model version (global step) this worker's copy is at."""
         return self._local_version_read
@@ -356,6 +361,7 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
                     replayed.append(entry.local.assign(value, read_value=False))
                 pulled += 4 * entry.num_elements
         with tf.device(self._worker_host):
+            self._step_traffic = {"pushed": push_bytes, "pulled": pulled}
             steps = tf.where(found, count, tf.zeros_like(count))
             replayed += self._replay(records, steps)
             with tf.control_dependencies(replayed):

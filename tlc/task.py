@@ -6,7 +6,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tlc import compressors, data, models, moments, replica
+from tlc import autotune, compressors, data, models, moments, replica
 from tlc.optimizer import SyncReplicasOptimizer
 from tlc.session import training_session
 
@@ -136,7 +136,10 @@ def _run_worker(server, cluster, spec, index, config, flags):
             pull_compressor=(compressor_from_flags(flags.pull_compressor, flags)
                              if flags.pull_compressor else None),
             compress_threshold=flags.compress_threshold)
-        train_op = sync.minimize(loss, global_step=global_step)
+        grads_and_vars = sync.compute_gradients(loss)
+        train_op = sync.apply_gradients(grads_and_vars, global_step=global_step)
+        tuner = (autotune.AutoTuner(compressor, sync, grads_and_vars, flags.push_budget)
+                 if autotune.wants_tuning(compressor) else None)
         extra_updates = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
         if extra_updates:
             train_op = tf.group(train_op, *extra_updates)
@@ -164,14 +167,22 @@ def _run_worker(server, cluster, spec, index, config, flags):
         next_eval = flags.eval_every
         while step < flags.steps:
             x, y = batches.next()
-            _, loss_value, step = sess.run([train_op, loss, sync.version_after_step],
-                                           {images: x, labels: y})
+            feed = {images: x, labels: y}
+            if tuner is None:
+                _, loss_value, step = sess.run([train_op, loss, sync.version_after_step], feed)
+            else:
+                started = time.perf_counter()
+                _, loss_value, step, sent = sess.run(
+                    [train_op, loss, sync.version_after_step, sync.step_traffic],
+                    {**feed, **tuner.feed_dict()})
+                tuner.after_step(sess, feed, time.perf_counter() - started,
+                                 sent["pushed"], sent["pulled"])
             losses.append(float(loss_value))
             if not np.isfinite(loss_value):
                 raise FloatingPointError(f"worker {index}: loss is {loss_value} at step {step}")
             if is_chief and (step // flags.log_every > last["step"] // flags.log_every
                              or step >= flags.steps):
-                last = _report(sess, traffic, step, loss_value, last, flags, writer)
+                last = _report(sess, traffic, step, loss_value, last, flags, writer, tuner)
                 if flags.eval_every and step >= next_eval:  # at log points only
                     last["accuracy"] = data.evaluate(sess, correct, images, labels,
                                                      dataset.test_x, dataset.test_y,
@@ -191,7 +202,8 @@ def _run_worker(server, cluster, spec, index, config, flags):
         if is_chief:
             summary["curve"] = [{k: (int(v) if k == "step" else float(v)) for k, v in point.items()
                                  if k in ("step", "time", "loss", "push_bytes_per_step",
-                                          "pull_bytes_per_step", "accuracy")} for point in curve]
+                                          "pull_bytes_per_step", "accuracy")}
+                                | point.get("tuning", {}) for point in curve]
             summary["pull_compressions"] = int(sess.run(sync.pull_compressions))
             summary["compressed_variables"] = len(sync.compressed_variables)
             summary["test_accuracy"] = data.evaluate(sess, correct, images, labels,
@@ -210,7 +222,7 @@ def _run_worker(server, cluster, spec, index, config, flags):
     return 0
 
 
-def _report(sess, traffic, step, loss_value, last, flags, writer):
+def _report(sess, traffic, step, loss_value, last, flags, writer, tuner=None):
     now = time.time()
     counters = sess.run({k: traffic[k] for k in ("bytes_pushed", "bytes_pulled", "worker_steps")})
     steps = max(1, counters["worker_steps"] - last["worker_steps"])
@@ -221,7 +233,7 @@ def _report(sess, traffic, step, loss_value, last, flags, writer):
     rate = (step - last["step"]) / max(1e-9, now - last["time"])
     print(f"step {step:6d}/{flags.steps}  {rate:6.2f} steps/s  loss {loss_value:.4f}  "
           f"push {push / 1024:9.1f} KiB/step  pull {pull / 1024:9.1f} KiB/step  "
-          f"ratio {ratio:7.1f}x", flush=True)
+          f"ratio {ratio:7.1f}x" + (f"  {tuner.describe()}" if tuner else ""), flush=True)
     if writer is not None:
         values = {"loss": loss_value, "steps_per_sec": rate, "push_bytes_per_step": push,
                   "pull_bytes_per_step": pull, "compression_ratio": ratio}
@@ -229,5 +241,8 @@ def _report(sess, traffic, step, loss_value, last, flags, writer):
             tf.compat.v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items()]),
             step)
         writer.flush()
-    return {"time": now, "step": step, "loss": float(loss_value), "push_bytes_per_step": push,
-            "pull_bytes_per_step": pull, **counters}
+    point = {"time": now, "step": step, "loss": float(loss_value), "push_bytes_per_step": push,
+             "pull_bytes_per_step": pull, **counters}
+    if tuner is not None:
+        point["tuning"] = tuner.record()
+    return point

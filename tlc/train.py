@@ -30,6 +30,8 @@ flags.DEFINE_integer("num_workers", 2, "Workers of the embedded local cluster.")
 flags.DEFINE_integer("backup_workers", 0, "Workers whose gradients are not waited for.")
 flags.DEFINE_string("netem_rate", None, "Run the local cluster in network namespaces with this "
                     "rate limit per task and direction (e.g. 10mbit, or unlimited); needs root.")
+flags.DEFINE_string("netem_rate_changes", None, "With --netem_rate: change every link's rate "
+                    "during the run, e.g. '60:10mbit,120:100mbit' (seconds after launch:rate).")
 flags.DEFINE_string("netem_delay", None, "Extra one-way delay with --netem_rate (e.g. 1ms).")
 # Model and data.
 flags.DEFINE_string("dataset", "fashion_mnist", "fashion_mnist or cifar10.")
@@ -48,6 +50,8 @@ flags.DEFINE_string("compressor", "3lc", "Registered compressor name (tlc.compre
 flags.DEFINE_float("sparsity_multiplier", 1.0, "3LC sparsity multiplier s in [1, 2).")
 flags.DEFINE_bool("adaptive", True, "3LC: pick the smaller of zero-run and Golomb encodings.")
 flags.DEFINE_string("compressor_args", "", "Compressor parameters, e.g. p=0.01,delay=2 for sbc.")
+flags.DEFINE_float("push_budget", None, "3lc_auto: seconds a step's push may take (s follows "
+                   "the measured link rate); aqgb_auto: time the last layer's push may take.")
 flags.DEFINE_string("pull_compressor", None, "Compressor for model pulls (default: as push).")
 flags.DEFINE_integer("compress_threshold", 1024, "Tensors with fewer elements go uncompressed.")
 # Output.
@@ -77,6 +81,18 @@ def check_flags():
                           f"({', '.join(compressors.names())})")
     if FLAGS.backup_workers < 0 or FLAGS.backup_workers >= FLAGS.num_workers:
         errors.append(f"--backup_workers must be in [0, num_workers), got {FLAGS.backup_workers}")
+    if FLAGS.netem_rate_changes:
+        from tlc import local_run  # pylint: disable=import-outside-toplevel
+        try:
+            local_run.parse_rate_changes(FLAGS.netem_rate_changes)
+        except ValueError as e:
+            errors.append(f"--netem_rate_changes: {e}")
+        if not FLAGS.netem_rate:
+            errors.append("--netem_rate_changes needs --netem_rate")
+    if FLAGS.push_budget is not None and not FLAGS.push_budget > 0:
+        errors.append(f"--push_budget must be > 0 seconds, got {FLAGS.push_budget}")
+    if FLAGS.compressor == "3lc_auto" and FLAGS.push_budget is None:
+        errors.append("--compressor=3lc_auto needs --push_budget (seconds a push may take)")
     if FLAGS.eval_every < 0:
         errors.append(f"--eval_every must be >= 0, got {FLAGS.eval_every}")
     for flag in ("steps", "batch_size", "log_every", "num_ps", "num_workers", "eval_batch",

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""The network-aware controllers on a live cluster whose link rate changes.
+
+Runs the local 1 PS + 2 worker cluster behind real tc limits (network
+namespaces, root) with aqgb_auto and 3lc_auto, drops the rate part-way
+through and prints, per logged step, the chief's measured link rate and the
+controller's choice (AQGB levels per tensor, 3LC's s), plus the push size.
+
+  sudo python scripts/adaptive_demo.py [--before 1gbit --after 20mbit --change_at 40]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tlc import netem  # noqa: E402
+
+CONFIGS = {"aqgb_auto": [], "3lc_auto": ["--push_budget={budget}"]}
+
+
+def run(compressor, args, logdir):
+    extra = [f.format(budget=args.push_budget) for f in CONFIGS[compressor]]
+    cmd = [sys.executable, "-m", "tlc.train", "--flagfile=configs/fashion_mnist.cfg",
+           f"--compressor={compressor}", f"--steps={args.steps}", "--log_every=5",
+           f"--netem_rate={args.before}", f"--netem_rate_changes={args.change_at}:{args.after}",
+           f"--logdir={logdir}", *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{compressor} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    with open(os.path.join(logdir, "summary.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def rows(summary):
+    """(seconds after the change, step, Mbit/s measured, setting, push KiB/step) per log point."""
+    changed = summary["rate_changes"][0]["time"] if summary.get("rate_changes") else None
+    chief = next(w for w in summary["workers"] if w["task"] == 0)
+    out = []
+    for p in chief["curve"]:
+        setting = p.get("s", p.get("levels"))
+        out.append({"after_change": changed is not None and p["time"] >= changed,
+                    "step": p["step"], "mbit": 8 * (p.get("link_bytes_per_s") or 0) / 1e6,
+                    "setting": setting, "push_kib": p["push_bytes_per_step"] / 1024})
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--before", default="1gbit")
+    parser.add_argument("--after", default="20mbit")
+    parser.add_argument("--change_at", type=float, default=40.0,
+                        help="seconds after launch (start-up takes ~10 s)")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--push_budget", type=float, default=0.005, help="3lc_auto, seconds")
+    parser.add_argument("--only", help="aqgb_auto or 3lc_auto")
+    parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "adaptive"))
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args()
+    ok, why = netem.netem_available()
+    if not ok:
+        print(f"adaptive_demo: skipped: rate limits need network namespaces ({why})")
+        return 0
+    report = {}
+    for compressor in [args.only] if args.only else list(CONFIGS):
+        summary = run(compressor, args, os.path.join(args.workdir, compressor))
+        report[compressor] = rows(summary)
+        print(f"\n{compressor}: {args.before} -> {args.after} at {args.change_at:g} s "
+              f"(accuracy {summary['test_accuracy']:.4f})")
+        print("| step | link | measured Mbit/s | choice | push KiB/step |\n|---|---|---|---|---|")
+        for r in report[compressor]:
+            rate = args.after if r["after_change"] else args.before
+            print(f"| {r['step']} | {rate} | {r['mbit']:.1f} | {r['setting']} | "
+                  f"{r['push_kib']:.1f} |")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""The network-aware controllers driving a real cluster (tlc/autotune.py):
+knob values reach the graph, the measured link rate is plausible, and a rate
+drop in the middle of a run makes 3LC compress harder."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tlc import local_run, netem
+from tlc.compressors.aqgb import LEVELS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_job(logdir, *flags, timeout=600):
+    proc = subprocess.run(
+        [sys.executable, "-m", "tlc.train", "--flagfile=configs/fashion_mnist.cfg",
+         f"--logdir={logdir}", "--log_every=5", *flags],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    with open(os.path.join(logdir, "summary.json"), encoding="utf-8") as f:
+        return json.load(f), proc.stdout
+
+
+def chief_curve(summary):
+    return next(w for w in summary["workers"] if w["task"] == 0)["curve"]
+
+
+def test_aqgb_levels_come_from_the_controller(tmp_path):
+    summary, out = run_job(tmp_path / "run", "--compressor=aqgb_auto", "--steps=20")
+    assert summary["ok"]
+    curve = chief_curve(summary)
+    compressed = next(w for w in summary["workers"] if w["task"] == 0)["compressed_variables"]
+    for point in curve:
+        assert len(point["levels"]) == compressed
+        assert set(point["levels"]) <= set(LEVELS)
+        assert point["link_bytes_per_s"] > 0 and point["compute_seconds"] > 0
+    # Push bytes follow the levels: the largest tensors go at few bits.
+    assert curve[-1]["push_bytes_per_step"] < 0.6 * 4 * 1_600_000
+    assert "levels " in out
+
+
+def test_3lc_sparsity_follows_a_tight_budget(tmp_path):
+    summary, _ = run_job(tmp_path / "run", "--compressor=3lc_auto", "--push_budget=0.00001",
+                         "--steps=20")
+    curve = chief_curve(summary)
+    # A 10 us budget is out of reach at any real rate: the controller goes to
+    # its strongest compression, and the bytes show it.
+    assert curve[-1]["s"] >= 1.9
+    assert all(1.0 <= p["s"] < 2.0 for p in curve)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--compressor=3lc_auto"], "needs --push_budget"),
+    (["--compressor=3lc_auto", "--push_budget=0"], "--push_budget must be > 0"),
+    (["--netem_rate_changes=10:10mbit"], "needs --netem_rate"),
+    (["--netem_rate=1gbit", "--netem_rate_changes=soon:10mbit"], "seconds:rate"),
+    (["--netem_rate=1gbit", "--netem_rate_changes=10:fast"], "rate must look like"),
+])
+def test_bad_tuning_flags_are_refused(tmp_path, flags, message):
+    proc = subprocess.run([sys.executable, "-m", "tlc.train", f"--logdir={tmp_path}/run", *flags],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_rate_changes_parse_and_sort():
+    assert local_run.parse_rate_changes("60:10mbit, 5:1gbit") == [(5.0, "1gbit"), (60.0, "10mbit")]
+
+
+@pytest.mark.skipif(not netem.netem_available()[0],
+                    reason="needs root and tc for rate limits: " + netem.netem_available()[1])
+def test_3lc_compresses_harder_when_the_link_slows_down(tmp_path):
+    summary, out = run_job(tmp_path / "run", "--compressor=3lc_auto", "--push_budget=0.005",
+                           "--netem_rate=1gbit", "--netem_rate_changes=25:10mbit",
+                           "--steps=400", timeout=900)
+    changed = summary["rate_changes"][0]["time"]
+    assert "link rate set to 10mbit" in out
+    curve = chief_curve(summary)
+    before = [p for p in curve if p["time"] < changed]
+    after = [p for p in curve if p["time"] > changed + 5]
+    assert before and after, (changed, [p["time"] for p in curve])
+    mbit = lambda p: 8 * p["link_bytes_per_s"] / 1e6  # noqa: E731
+    assert max(mbit(p) for p in after) < 10.5   # measured below the new limit
+    assert mbit(before[-1]) > 2 * mbit(after[-1])
+    assert after[-1]["s"] > before[-1]["s"]
+    assert after[-1]["push_bytes_per_step"] < before[-1]["push_bytes_per_step"]
