@@ -11,28 +11,22 @@ controller's choice (AQGB levels per tensor, 3LC's s), plus the push size.
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tlc import netem  # noqa: E402
+from tlc import local_run, netem  # noqa: E402
 
 CONFIGS = {"aqgb_auto": [], "3lc_auto": ["--push_budget={budget}"]}
 
 
 def run(compressor, args, logdir):
     extra = [f.format(budget=args.push_budget) for f in CONFIGS[compressor]]
-    cmd = [sys.executable, "-m", "tlc.train", "--flagfile=configs/fashion_mnist.cfg",
-           f"--compressor={compressor}", f"--steps={args.steps}", "--log_every=5",
-           f"--netem_rate={args.before}", f"--netem_rate_changes={args.change_at}:{args.after}",
-           f"--logdir={logdir}", *extra]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{compressor} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    with open(os.path.join(logdir, "summary.json"), encoding="utf-8") as f:
-        return json.load(f)
+    return local_run.run_job(
+        ["--flagfile=configs/fashion_mnist.cfg", f"--compressor={compressor}",
+         f"--steps={args.steps}", "--log_every=5", f"--netem_rate={args.before}",
+         f"--netem_rate_changes={args.change_at}:{args.after}", *extra], logdir)[0]
 
 
 def rows(summary):

@@ -18,14 +18,13 @@ and PNG plots into --out.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tlc import netem  # noqa: E402
+from tlc import local_run, netem  # noqa: E402
 
 WARMUP = 2
 DEFAULT_SHORT = {"10mbit": 6, "100mbit": 20, "1gbit": 40}
@@ -33,13 +32,9 @@ RATE_BITS = {"10mbit": 10e6, "100mbit": 100e6, "1gbit": 1e9}
 
 
 def train(config, steps, logdir, *extra):
-    cmd = [sys.executable, "-m", "tlc.train", "--flagfile=configs/fashion_mnist.cfg",
-           f"--flagfile=configs/{config}.cfg", f"--steps={steps}", f"--logdir={logdir}", *extra]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=7200)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    with open(os.path.join(logdir, "summary.json"), encoding="utf-8") as f:
-        return json.load(f)
+    return local_run.run_job(["--flagfile=configs/fashion_mnist.cfg",
+                              f"--flagfile=configs/{config}.cfg", f"--steps={steps}", *extra],
+                             logdir, timeout=7200)[0]
 
 
 def chief(summary):

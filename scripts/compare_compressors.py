@@ -7,10 +7,12 @@ markdown table: accuracy, bits/value pushed and pulled, wall time.
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tlc import local_run  # noqa: E402
 RUNS = [  # (label, flagfile)
     ("32-bit float", "float32"), ("8-bit int", "int8"),
     ("stochastic 3-value + base-3^5", "ternary_stochastic"), ("MQE 1-bit int", "mqe1bit"),
@@ -22,14 +24,9 @@ RUNS = [  # (label, flagfile)
 
 
 def run(flagfile, steps, logdir):
-    proc = subprocess.run(
-        [sys.executable, "-m", "tlc.train", "--flagfile=configs/fashion_mnist.cfg",
-         f"--flagfile=configs/{flagfile}.cfg", f"--steps={steps}", f"--logdir={logdir}",
-         "--log_every=100"], cwd=ROOT, capture_output=True, text=True, timeout=3600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{flagfile} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    with open(os.path.join(logdir, "summary.json"), encoding="utf-8") as f:
-        return json.load(f)
+    return local_run.run_job(["--flagfile=configs/fashion_mnist.cfg",
+                              f"--flagfile=configs/{flagfile}.cfg", f"--steps={steps}",
+                              "--log_every=100"], logdir)[0]
 
 
 def main():

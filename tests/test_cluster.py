@@ -92,6 +92,11 @@ def test_wire_bytes_at_least_10x_smaller_than_float32(tmp_path):
     (["--compressor=nope"], "--compressor=nope is not a known compressor"),
     (["--data_dir=/nonexistent"], "dataset-fashion-mnist"),
     (["--cluster={\"ps\": [\"a:1\"]}", "--job_name=ps"], "'worker' must be a non-empty list"),
+    (["--compressor=3lc_auto"], "needs --push_budget"),
+    (["--compressor=3lc_auto", "--push_budget=0"], "--push_budget must be > 0"),
+    (["--netem_rate_changes=10:10mbit"], "needs --netem_rate"),
+    (["--netem_rate=1gbit", "--netem_rate_changes=soon:10mbit"], "seconds:rate"),
+    (["--netem_rate=1gbit", "--netem_rate_changes=10:fast"], "rate must look like"),
 ])
 def test_bad_configuration_is_refused(tmp_path, flags, message):
     proc = subprocess.run([sys.executable, "-m", "tlc.train", f"--logdir={tmp_path}/run", *flags],
