@@ -217,6 +217,28 @@ def test_thread_count_never_changes_bytes(adaptive):
         assert all(np.array_equal(s, sums[0]) for s in sums[1:])
 
 
+def test_thread_pool_serves_concurrent_callers():
+    # Python threads call the codec at once (it releases the GIL) with
+    # different thread counts, back to back: the pool's hand-over between
+    # jobs must neither lose a task nor hang, and bytes stay the same.
+    import concurrent.futures
+    x = gradient_like(400_003, seed=9)
+    code, m, e = compress(x, 1.5, True, threads=1)
+    want = codec.decompress_3lc(code, m, len(x), True, num_threads=1)
+
+    def caller(i):
+        for k in range(40):
+            got = compress(x, 1.5, True, threads=(2, 3, 7)[(i + k) % 3])
+            if not (np.array_equal(got[0], code) and got[1] == m and np.array_equal(got[2], e)):
+                return False
+            if not np.array_equal(codec.decompress_3lc(code, m, len(x), True, num_threads=2), want):
+                return False
+        return True
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(caller, range(4)))
+
+
 def test_thread_count_never_changes_zero_run_bytes():
     packed = np.full(3_000_000, 121, np.uint8)
     packed[::333_331] = 7

@@ -106,7 +106,11 @@ Status ZreEncode(const uint8_t* in, int64_t n, const Executor& exec, const ByteA
 Status PlanZreDecode(const uint8_t* code, int64_t len, int64_t expected_groups,
                      const Executor& exec, ZreDecodePlan* plan) {
   if (len < 0 || expected_groups < 0) return Status::Invalid("zero-run decode: negative size");
-  int64_t tasks = std::max<int64_t>(1, exec.NumTasks(len, kMinBytesPerTask / 8));
+  // The work is reading the code and writing the groups; a sparse code is
+  // short but still decodes into many groups.
+  int64_t tasks = std::min<int64_t>(exec.NumTasks(len + expected_groups, kMinBytesPerTask / 4),
+                                    len);
+  tasks = std::max<int64_t>(1, tasks);
   std::vector<int64_t> groups(tasks, 0);
   plan->code_begin.assign(tasks + 1, 0);
   for (int64_t t = 0; t <= tasks; ++t) {
