@@ -77,14 +77,21 @@ def test_backup_workers_keep_training(tmp_path):
                     + netem.netem_available()[1])
 def test_wire_bytes_at_least_10x_smaller_than_float32(tmp_path):
     """Bytes counted by the kernel on the PS's link, not by our own accounting."""
-    wire = {}
+    wire, summaries = {}, {}
     for name in ("float32", "3lc_s1.00"):
-        s = run_job(tmp_path / name, f"--flagfile=configs/{name}.cfg", "--steps=20",
-                    "--netem_rate=unlimited", "--eval_batch=2000")
+        s = summaries[name] = run_job(tmp_path / name, f"--flagfile=configs/{name}.cfg",
+                                      "--steps=20", "--netem_rate=unlimited", "--eval_batch=2000")
         ps = s["wire_bytes"]["ps0"]
         wire[name] = ps["tx_bytes"] + ps["rx_bytes"]
     assert wire["float32"] > 20 * 6_000_000  # 20 steps x 2 workers x 6.6 MB each way, at least
     assert wire["3lc_s1.00"] * 10 <= wire["float32"], wire
+    # Each pull crosses the wire once: what a worker receives is its pulls
+    # plus the first full copy of the model (and protocol overhead), not twice that.
+    for name, s in summaries.items():
+        for w in s["workers"]:
+            received = s["wire_bytes"][f"worker{w['task']}"]["rx_bytes"]
+            expected = w["bytes_pulled"] + w["float32_bytes_per_step"]
+            assert received < 1.15 * expected + 2_000_000, (name, received, expected)
 
 
 @pytest.mark.parametrize("flags, message", [

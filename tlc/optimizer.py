@@ -100,6 +100,7 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
         self._sync_token_queue = None
         self._chief_queue_runner = None
         self._entries = []
+        self.full_syncs = 0  # full-precision model copies this worker made
 
     # ----------------------------------------------------------------- API --
     @property
@@ -350,9 +351,13 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
             if entry.compressed:
                 with tf.device(entry.master.device):
                     rows = entry.log.lookup(keys)
+                    # Checked and sized where the log lives: the rows themselves
+                    # then cross the network once, to the replay.
+                    present = tf.reduce_all(tf.not_equal(rows[:, 0], ""))
+                    size = tf.reduce_sum(tf.cast(tf.strings.length(rows), tf.int64))
                 with tf.device(self._worker_host):
-                    found = tf.logical_and(found, tf.reduce_all(tf.not_equal(rows[:, 0], "")))
-                    pulled += tf.reduce_sum(tf.cast(tf.strings.length(rows), tf.int64))
+                    found = tf.logical_and(found, present)
+                    pulled += size
                 records.append((entry, rows))
             else:
                 with tf.device(entry.master.device):
@@ -425,13 +430,19 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
         """(server version, local version, bitwise local == shadow) for tests and tools."""
         with tf.device(self._global_step.device):
             server = tf.cast(self._global_step.read_value(), tf.int64)
+        def bits_fingerprint(variable):
+            # 64-bit fingerprint of the value's bytes: compared across the
+            # network instead of shipping the whole shadow to the worker.
+            return tf.fingerprint(tf.reshape(tf.bitcast(variable.read_value(), tf.int32), [1, -1]))
+
         same = []
+        for entry in self._entries:
+            if entry.compressed and entry.has_local_copy:
+                with tf.device(entry.shadow.device):
+                    remote = bits_fingerprint(entry.shadow)
+                with tf.device(self._worker_host):
+                    same.append(tf.reduce_all(tf.equal(bits_fingerprint(entry.local), remote)))
         with tf.device(self._worker_host):
-            for entry in self._entries:
-                if entry.compressed and entry.has_local_copy:
-                    local = tf.bitcast(entry.local.read_value(), tf.int32)
-                    same.append(tf.reduce_all(tf.equal(local, tf.bitcast(
-                        entry.shadow.read_value(), tf.int32))))
             self._consistency = (server, self._local_version.read_value(),
                                  tf.reduce_all(tf.stack(same)) if same else tf.constant(True))
 
@@ -472,6 +483,7 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
         deadline = time.time() + timeout
         while True:
             b, a, _ = session.run([before, after, assign])
+            self.full_syncs += 1
             if a == b:
                 return int(b)
             if time.time() > deadline:

@@ -199,6 +199,7 @@ def _run_worker(server, cluster, spec, index, config, flags):
                        early_loss=float(np.mean(losses[:window])) if losses else None,
                        late_loss=float(np.mean(losses[-window:])) if losses else None)
         summary["local_copy_check"] = sync.local_copy_check(sess)
+        summary["full_syncs"] = sync.full_syncs
         if is_chief:
             summary["curve"] = [{k: (int(v) if k == "step" else float(v)) for k, v in point.items()
                                  if k in ("step", "time", "loss", "push_bytes_per_step",
