@@ -114,12 +114,17 @@ def markdown(results, args):
                  f"{r} step (s) | {r} speedup | {r} of bound" for r in rates) + " |",
              "|---|---|" + "---|---|---|" * len(rates)]
     for config in configs:
-        cells = [config, f"{results['full'][config]['test_accuracy']:.4f}"]
+        accuracy = results["full"][config]["test_accuracy"]
+        cells = [config, "diverged" if accuracy is None else f"{accuracy:.4f}"]
         for rate in rates:
             m = results["link"][rate][config]
             cells += [f"{m['seconds_per_step']:.3f}", f"{m['speedup']:.1f}x",
                       f"{100 * m['of_bound']:.0f}%"]
         lines.append("| " + " | ".join(cells) + " |")
+    failed = {c: f["failed"] for c, f in results["full"].items() if f.get("failed")}
+    if failed:
+        lines += ["", f"Full-length runs that did not finish ({args.full_steps} steps, the "
+                  "default learning rate): " + "; ".join(f"{c}: {why}" for c, why in failed.items())]
     lines += ["", "Wire bytes per step on the parameter server's link (both directions, "
               "kernel counters):", "",
               "| config | " + " | ".join(rates) + " |", "|---|" + "---|" * len(rates)]
@@ -166,8 +171,15 @@ def main():
         raise SystemExit("--configs must include float32 (the baseline)")
     results = {"full": {}, "link": {}, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     for config in configs:
-        full = train(config, args.full_steps, os.path.join(args.workdir, f"{config}-full"),
-                     "--log_every=10", "--eval_every=50", "--eval_examples=2000")
+        logdir = os.path.join(args.workdir, f"{config}-full")
+        try:
+            full = train(config, args.full_steps, logdir, "--log_every=10", "--eval_every=50",
+                         "--eval_examples=2000")
+        except RuntimeError:  # e.g. training diverged: report it, measure the rest
+            results["full"][config] = {"test_accuracy": None, "curve": [],
+                                       "seconds_per_step": None, "failed": local_run.failure_summary(logdir)}
+            print(f"full {config}: failed: {results['full'][config]['failed']}", flush=True)
+            continue
         results["full"][config] = {"test_accuracy": full["test_accuracy"],
                                    "curve": chief(full)["curve"],
                                    "seconds_per_step": step_time(full)}
@@ -184,7 +196,7 @@ def main():
         for config in configs:
             m = results["link"][rate][config]
             m["speedup"] = base["seconds_per_step"] / m["seconds_per_step"]
-            compute = results["full"][config]["seconds_per_step"]
+            compute = results["full"][config]["seconds_per_step"] or 0.0
             bound_time = max(compute, base["seconds_per_step"] * m["wire_bytes_per_step"]
                              / base["wire_bytes_per_step"])
             m["bound_speedup"] = base["seconds_per_step"] / bound_time

@@ -20,6 +20,7 @@ RUNS = [  # (label, flagfile)
     ("variance-based", "variance"), ("AQGB (16 bits)", "aqgb"),
     ("3LC s=1.00 (zero-run only)", "3lc_s1.00_zre"), ("3LC s=1.00", "3lc_s1.00"),
     ("3LC s=1.50", "3lc_s1.50"), ("3LC s=1.75", "3lc_s1.75"), ("3LC s=1.90", "3lc_s1.90"),
+    ("AQGB, network-aware levels", "aqgb_auto"), ("3LC, s from a 50 ms push budget", "3lc_auto"),
 ]
 
 
@@ -42,7 +43,14 @@ def main():
              "|---|---|---|---|---|"]
     results = {}
     for label, flagfile in runs:
-        s = run(flagfile, args.steps, os.path.join(args.logdir, flagfile))
+        logdir = os.path.join(args.logdir, flagfile)
+        try:
+            s = run(flagfile, args.steps, logdir)
+        except RuntimeError:  # e.g. diverged: say so and go on with the others
+            results[flagfile] = {"failed": local_run.failure_summary(logdir)}
+            lines.append(f"| {label} | failed: {results[flagfile]['failed']} | | | |")
+            print(lines[-1], flush=True)
+            continue
         results[flagfile] = s
         lines.append(f"| {label} | {s['test_accuracy']:.4f} | {32 / s['push_ratio']:.3f} | "
                      f"{32 / s['pull_ratio']:.3f} | {s['wall_seconds']:.1f} |")

@@ -43,7 +43,8 @@ stamp=build/.tlc-build-stamp
 digest=$(cat setup.py $(find custom_ops -name '*.cc' -o -name '*.h' | sort) | sha256sum | cut -d' ' -f1)
 if [ ! -f tlc/_tlc_ops.so ] || ! ls tlc/_codec*.so >/dev/null 2>&1 || [ "$(cat $stamp 2>/dev/null)" != "$digest" ]; then
   log "building custom ops"
-  "$PY" setup.py -q build_ext --inplace --force >&2 2>build.log || { cat build.log >&2; exit 1; }
-  mkdir -p build && echo "$digest" > $stamp
+  mkdir -p build
+  "$PY" setup.py -q build_ext --inplace --force >&2 2>build/build.log || { cat build/build.log >&2; exit 1; }
+  echo "$digest" > $stamp
 fi
 echo "$PY"

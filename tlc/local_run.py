@@ -34,6 +34,24 @@ def run_job(flags, logdir, timeout=3600):
         return json.load(f), proc.stdout
 
 
+def failure_summary(logdir):
+    """What the chief's log says about a failed run: its last step line and error."""
+    try:
+        with open(os.path.join(logdir, "worker0.log"), encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return "no chief log"
+    steps = [line for line in lines if line.startswith("step ")]
+    errors = [line.split("training step failed:", 1)[1] for line in lines
+              if "training step failed:" in line]
+    last = " ".join(steps[-1].split()[:2] + ["loss", steps[-1].split()[5]]) if steps else "no step"
+    if not errors:
+        return f"{last}; no error line"
+    parts = [p.strip() for p in errors[-1].split(";")]
+    why = "; ".join(p for p in parts if p.strip("=") and "From /job" not in p)
+    return f"{last}; {why[:200]}"
+
+
 def default_logdir():
     return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
 
