@@ -6,7 +6,7 @@ namespaces, root) with aqgb_auto and 3lc_auto, drops the rate part-way
 through and prints, per logged step, the chief's measured link rate and the
 controller's choice (AQGB levels per tensor, 3LC's s), plus the push size.
 
-  sudo python scripts/adaptive_demo.py [--before 1gbit --after 20mbit --change_at 40]
+  sudo python scripts/adaptive_demo.py [--before 1gbit --after 50mbit --change_at 30]
 """
 import argparse
 import json
@@ -45,11 +45,11 @@ def rows(summary):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", default="1gbit")
-    parser.add_argument("--after", default="20mbit")
-    parser.add_argument("--change_at", type=float, default=40.0,
+    parser.add_argument("--after", default="50mbit")
+    parser.add_argument("--change_at", type=float, default=30.0,
                         help="seconds after launch (start-up takes ~10 s)")
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--push_budget", type=float, default=0.005, help="3lc_auto, seconds")
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--push_budget", type=float, default=0.001, help="3lc_auto, seconds")
     parser.add_argument("--only", help="aqgb_auto or 3lc_auto")
     parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "adaptive"))
     parser.add_argument("--json", help="also write the rows here")

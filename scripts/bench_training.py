@@ -46,7 +46,9 @@ def step_time(summary):
     curve = [p for p in chief(summary)["curve"] if p["step"] > WARMUP]
     if len(curve) < 2:
         raise RuntimeError("too few logged steps to time")
-    return (curve[-1]["time"] - curve[0]["time"]) / (curve[-1]["step"] - curve[0]["step"])
+    evaluating = sum(p.get("eval_seconds", 0.0) for p in curve[:-1])  # periodic test accuracy
+    return (curve[-1]["time"] - curve[0]["time"] - evaluating) / (
+        curve[-1]["step"] - curve[0]["step"])
 
 
 def ps_wire(summary):
@@ -155,6 +157,8 @@ def main():
                         help="steps of the timed runs (default: per rate)")
     parser.add_argument("--full_steps", type=int, default=600)
     parser.add_argument("--no_verify", action="store_true", help="skip the real full-length run")
+    parser.add_argument("--reuse", help="results.json of an earlier run: keep its link rates "
+                        "that --rates leaves out (and, with --no_verify, its extrapolation check)")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs"),
                         help="where RESULTS.md, results.json and the plots go")
     parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "bench"),
@@ -176,8 +180,8 @@ def main():
             full = train(config, args.full_steps, logdir, "--log_every=10", "--eval_every=50",
                          "--eval_examples=2000")
         except RuntimeError:  # e.g. training diverged: report it, measure the rest
-            results["full"][config] = {"test_accuracy": None, "curve": [],
-                                       "seconds_per_step": None, "failed": local_run.failure_summary(logdir)}
+            results["full"][config] = {"test_accuracy": None, "curve": [], "seconds_per_step": None,
+                                       "failed": local_run.failure_summary(logdir)}
             print(f"full {config}: failed: {results['full'][config]['failed']}", flush=True)
             continue
         results["full"][config] = {"test_accuracy": full["test_accuracy"],
@@ -192,6 +196,19 @@ def main():
             results["link"][rate][config] = {"seconds_per_step": seconds,
                                              "wire_bytes_per_step": wire}
             print(f"{rate} {config}: {seconds:.3f} s/step, {wire / 1e6:.3f} MB/step", flush=True)
+    if args.reuse:  # link rates (and the extrapolation check) measured by an earlier run
+        with open(args.reuse, encoding="utf-8") as f:
+            earlier = json.load(f)
+        for rate, measured in earlier["link"].items():
+            if rate not in results["link"]:
+                results["link"][rate] = {c: {k: m[k] for k in ("seconds_per_step",
+                                                               "wire_bytes_per_step")}
+                                         for c, m in measured.items() if c in configs}
+        if args.no_verify and earlier.get("verify"):
+            results["verify"] = earlier["verify"]
+        results["link"] = dict(sorted(results["link"].items(),
+                                      key=lambda kv: netem.parse_rate(kv[0]) or 0))
+    for rate in results["link"]:
         base = results["link"][rate]["float32"]
         for config in configs:
             m = results["link"][rate][config]
@@ -202,6 +219,9 @@ def main():
             m["bound_speedup"] = base["seconds_per_step"] / bound_time
             m["of_bound"] = m["speedup"] / m["bound_speedup"]
             m["extrapolated_seconds"] = m["seconds_per_step"] * args.full_steps
+    if results.get("verify"):
+        v = results["verify"]
+        v["extrapolated_seconds"] = results["link"][v["rate"]][v["config"]]["extrapolated_seconds"]
     if not args.no_verify:
         rate = "100mbit" if "100mbit" in rates else rates[0]
         config = next(c for c in configs if c != "float32")

@@ -221,6 +221,46 @@ def test_memory_conserves_the_sum(name):
     assert np.abs(sent).sum() > 0
 
 
+@pytest.mark.parametrize("name", PULLABLE)
+def test_pulls_conserve_the_model(name):
+    """The PS's pull path (tlc/optimizer.py): each step it compresses
+    master - shadow and adds what it sent to the shadow. What workers hold
+    (the shadow) plus the residual (master - shadow) is the master: the sum of
+    what was sent must be exactly the shadow's change, and the residual must
+    stay bounded while the master drifts far."""
+    comp = compressors.create(name)
+    g = Graph()
+
+    def build():
+        master = tf.compat.v1.placeholder(tf.float32, [N])
+        shadow = tf.compat.v1.Variable(tf.zeros([N]), use_resource=True)
+        payload = comp.compress(master - shadow.read_value())
+        sent = comp.decompress(payload, N)
+        update = shadow.assign(tf.reshape(comp.accumulate(shadow.read_value(), payload), [N]))
+        return master, shadow.read_value(), sent, update
+
+    master_in, held_t, sent_t, update = g.build(build)
+    master = np.zeros(N, np.float32)
+    total_sent = np.zeros(N, np.float64)
+    residuals = []
+    for step in range(60):
+        master = master + 0.05 * gradient_like(N, 100 + step) + 0.01  # drift plus noise
+        sent, _ = g.run([sent_t, update], {master_in: master})
+        total_sent += sent
+        residuals.append(np.abs(master - g.run(held_t)).mean())
+    held = g.run(held_t)
+    np.testing.assert_allclose(total_sent, held, rtol=1e-4, atol=1e-3)
+    if name == "ternary_stochastic":
+        # Unbiased, but its rounding noise piles up in the shadow like a
+        # random walk: on average it tracks, element by element it wanders.
+        assert residuals[-1] < np.abs(master).mean(), (name, residuals[-1])
+        return
+    # The shadow keeps up: the residual levels off instead of growing with the
+    # drift (which doubles from step 30 to step 60).
+    assert residuals[-1] < 1.3 * residuals[29] + 1e-3, (name, residuals[29], residuals[-1])
+    assert residuals[-1] < 0.5 * np.abs(master).mean(), (name, residuals[-1])
+
+
 def test_sbc_momentum_correction_and_masking():
     m = 0.9
     comp = compressors.create("sbc", p=0.01, delay=2, momentum=m)

@@ -11,6 +11,7 @@ from tlc.optimizer import SyncReplicasOptimizer
 from tlc.session import training_session
 
 DONE_QUEUE = "tlc_done_ps{}"
+PS_EXIT_GRACE = 0.2  # seconds
 
 
 def run(spec, job, index, flags):
@@ -57,6 +58,7 @@ def _run_ps(server, spec, index, config):
     with tf.compat.v1.Session(server.target, config=config) as sess:
         sess.run(done)
     print(f"ps {index}: all {len(spec['worker'])} workers done", flush=True)
+    time.sleep(PS_EXIT_GRACE)  # lets the last worker's "done" get its reply
     return 0
 
 
@@ -184,9 +186,11 @@ def _run_worker(server, cluster, spec, index, config, flags):
                              or step >= flags.steps):
                 last = _report(sess, traffic, step, loss_value, last, flags, writer, tuner)
                 if flags.eval_every and step >= next_eval:  # at log points only
+                    started = time.time()
                     last["accuracy"] = data.evaluate(sess, correct, images, labels,
                                                      dataset.test_x, dataset.test_y,
                                                      flags.eval_batch, limit=flags.eval_examples)
+                    last["eval_seconds"] = time.time() - started  # not training time
                     next_eval = (step // flags.eval_every + 1) * flags.eval_every
                 curve.append(last)
         last_step_time = time.time()
@@ -203,7 +207,8 @@ def _run_worker(server, cluster, spec, index, config, flags):
         if is_chief:
             summary["curve"] = [{k: (int(v) if k == "step" else float(v)) for k, v in point.items()
                                  if k in ("step", "time", "loss", "push_bytes_per_step",
-                                          "pull_bytes_per_step", "accuracy")}
+                                          "pull_bytes_per_step", "accuracy",
+                                          "eval_seconds")}
                                 | point.get("tuning", {}) for point in curve]
             summary["pull_compressions"] = int(sess.run(sync.pull_compressions))
             summary["compressed_variables"] = len(sync.compressed_variables)
@@ -215,7 +220,13 @@ def _run_worker(server, cluster, spec, index, config, flags):
         summary["work_done_time"] = time.time()
     # Only now release the parameter servers: the session has closed cleanly.
     with tf.compat.v1.Session(server.target, config=config) as plain:
-        plain.run(say_done)
+        try:
+            plain.run(say_done)
+        except tf.errors.UnavailableError:
+            # The last "done" lets the PS exit; it may go before its reply
+            # reaches us. Training and its report are complete either way.
+            print(f"worker {index}: parameter server left while acknowledging the end",
+                  flush=True)
     if writer is not None:
         writer.close()
     with open(os.path.join(logdir, f"worker{index}.json"), "w", encoding="utf-8") as f:
