@@ -34,8 +34,8 @@ class AutoTuner:
     """Per-step knob values for a controlled compressor.
 
     compressor: the worker's push compressor (3lc_auto or aqgb_auto);
-    sync: the tlc.SyncReplicasOptimizer; grads: the gradient tensors in the
-    order the optimizer made memories (compressed variables, creation order);
+    sync: the tlc.SyncReplicasOptimizer, after apply_gradients(grads_and_vars);
+    grads_and_vars: what was given to it (local copies as the variables);
     push_budget: seconds a push may take (3lc_auto; aqgb_auto: time the last
     layer's push may take after backprop ends, default an average gap).
     """
