@@ -7,6 +7,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -204,7 +205,7 @@ def test_rate_limit_counters_and_set_rate(net):
         net.set_rate("40mbit")
         medium, _ = transfer(net, [0], 1, nbytes)
         assert medium >= 0.3, f"2 MiB at 40mbit took {medium:.2f}s"
-        net.set_rate("40mbit")  # same shape again: changed in place
+        net.set_rate("40mbit")  # same shape again: replaced, not added twice
         qdiscs = subprocess.run(["ip", "netns", "exec", net.bridge_ns, "tc", "qdisc"],
                                 capture_output=True, text=True, check=True).stdout
         assert qdiscs.count("40Mbit") == 3
@@ -213,6 +214,24 @@ def test_rate_limit_counters_and_set_rate(net):
 
 
 @needs_netns
+def test_slowing_down_during_a_transfer_does_not_stall_it(net):
+    # Frames queued at a fast rate can be GSO frames bigger than a slow
+    # rate's bucket; a qdisc changed in place held them forever (seen in a
+    # training run whose link dropped from 1gbit to 50mbit mid-step).
+    net.set_rate("1gbit")
+    done = {}
+    try:
+        sender = threading.Thread(target=lambda: done.update(r=transfer(net, [0], 1, 48 << 20)))
+        sender.start()
+        time.sleep(0.15)  # mid-transfer: 48 MiB take about 0.4 s at 1gbit
+        net.set_rate("100mbit")
+        sender.join(timeout=60)
+        assert not sender.is_alive(), "transfer stalled after the rate change"
+        assert done["r"][1] == {net.hosts[0][1]: 48 << 20}
+    finally:
+        net.set_rate("10mbit")
+
+
 def test_receiving_side_is_limited_too(net):
     # Two senders each have their own 10mbit uplink; only the limit on the
     # bridge end of host 2's link makes 2 x 1.5 MiB take >= 2.5 s instead of 1.3 s.

@@ -255,7 +255,6 @@ class SlowNetwork:
         self.bridge_ns = f"{PREFIX}-{name}-br"
         self.host_ns = [f"{PREFIX}-{name}-h{i}" for i in range(num_hosts)]
         self.hosts = [(ns, f"{SUBNET}.{i + 1}") for i, ns in enumerate(self.host_ns)]
-        self._shape_kind = None  # (has rate, has delay) as installed; None = unknown
         self._old_handlers = {}
         self._owned = False  # close() deletes only namespaces this object made or attached
         self._owner_pid = os.getpid()  # a forked child must not tear down its parent's network
@@ -392,23 +391,24 @@ class SlowNetwork:
     # ---- limits -----------------------------------------------------------
 
     def _shape(self):
-        """Installs (or changes in place) the qdiscs for self.rate_bits/self.delay_usec."""
-        kind = (self.rate_bits is not None, self.delay_usec is not None)
-        in_place = kind == self._shape_kind
+        """Installs the qdiscs for self.rate_bits/self.delay_usec, replacing any.
+
+        Never changed in place: packets queued under a faster rate can be
+        GSO frames bigger than a slower rate's bucket, and tbf would then
+        hold them (and the link) forever. A fresh qdisc drops that queue;
+        TCP sends it again."""
         for i, ns in enumerate(self.host_ns):
             # Host egress on eth0 (rate + delay); host ingress is the bridge's egress on p<i>.
             for namespace, dev, delay in ((ns, "eth0", self.delay_usec),
                                           (self.bridge_ns, f"p{i}", None)):
                 tc = ["ip", "netns", "exec", namespace, "tc", "qdisc"]
-                if not in_place:
-                    _run(*tc, "del", "dev", dev, "root", check=False)
-                verb = "replace" if in_place else "add"
+                _run(*tc, "del", "dev", dev, "root", check=False)
                 if delay:
-                    _run(*tc, verb, "dev", dev, "root", "handle", "1:", "netem", "delay", f"{delay}us")
+                    _run(*tc, "add", "dev", dev, "root", "handle", "1:", "netem", "delay",
+                         f"{delay}us")
                 if self.rate_bits is not None:
                     parent = ["parent", "1:1"] if delay else ["root"]
-                    _run(*tc, verb, "dev", dev, *parent, "handle", "2:", *_tbf(self.rate_bits))
-        self._shape_kind = kind
+                    _run(*tc, "add", "dev", dev, *parent, "handle", "2:", *_tbf(self.rate_bits))
 
     def set_rate(self, rate, delay=_KEEP):
         """Changes every link's limit (and optionally the delay) while processes keep running."""
