@@ -1,6 +1,6 @@
 """The network-aware controllers driving a real cluster (tlc/autotune.py):
 knob values reach the graph, the measured link rate is plausible, and a rate
-drop in the middle of a run makes 3LC compress harder."""
+drop in the middle of a run makes AQGB pick fewer bits."""
 import pytest
 
 from tlc import local_run, netem
@@ -46,18 +46,18 @@ def test_rate_changes_parse_and_sort():
 
 @pytest.mark.skipif(not netem.netem_available()[0],
                     reason="needs root and tc for rate limits: " + netem.netem_available()[1])
-def test_3lc_compresses_harder_when_the_link_slows_down(tmp_path):
-    summary, out = run_job(tmp_path / "run", "--compressor=3lc_auto", "--push_budget=0.005",
-                           "--netem_rate=1gbit", "--netem_rate_changes=25:10mbit",
-                           "--steps=400", timeout=900)
+def test_aqgb_levels_drop_when_the_link_slows_down(tmp_path):
+    summary, out = run_job(tmp_path / "run", "--compressor=aqgb_auto", "--netem_rate=1gbit",
+                           "--netem_rate_changes=25:50mbit", "--steps=80", timeout=900)
     changed = summary["rate_changes"][0]["time"]
-    assert "link rate set to 10mbit" in out
+    assert "link rate set to 50mbit" in out
     curve = chief_curve(summary)
     before = [p for p in curve if p["time"] < changed]
-    after = [p for p in curve if p["time"] > changed + 5]
+    after = [p for p in curve if p["time"] > changed + 10]
     assert before and after, (changed, [p["time"] for p in curve])
     mbit = lambda p: 8 * p["link_bytes_per_s"] / 1e6  # noqa: E731
-    assert max(mbit(p) for p in after) < 10.5   # measured below the new limit
+    # The PS's 50mbit link is shared by two workers: each sees at most ~25.
+    assert all(mbit(p) < 50 for p in after)
     assert mbit(before[-1]) > 2 * mbit(after[-1])
-    assert after[-1]["s"] > before[-1]["s"]
-    assert after[-1]["push_bytes_per_step"] < before[-1]["push_bytes_per_step"]
+    bits = lambda p: sum(p["levels"])  # noqa: E731
+    assert bits(after[-1]) < bits(before[-1]), (before[-1]["levels"], after[-1]["levels"])
