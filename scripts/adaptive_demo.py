@@ -30,7 +30,8 @@ def run(compressor, args, logdir):
 
 
 def rows(summary):
-    """(seconds after the change, step, Mbit/s measured, setting, push KiB/step) per log point."""
+    """Per log point of the chief: whether it came after the rate change, the
+    step, the measured Mbit/s, the controller's setting and the push KiB/step."""
     changed = summary["rate_changes"][0]["time"] if summary.get("rate_changes") else None
     chief = next(w for w in summary["workers"] if w["task"] == 0)
     out = []

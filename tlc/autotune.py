@@ -126,10 +126,9 @@ class AutoTuner:
         sample = max(1.0, float(pushed + pulled)) / comm
         if isinstance(self.control, controller.SparsityController):
             self.setting = self.control.update(sample, self.setting, max(1, int(pushed)))
-            self.throughput = self.control.throughput.value
         else:
             self.setting = self.control.update(sample)
-            self.throughput = self.control.throughput.value
+        self.throughput = self.control.throughput.value
         return self.setting
 
     def describe(self):

@@ -2,6 +2,7 @@
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -23,7 +24,6 @@ def run_job(flags, logdir, timeout=3600):
     """Runs the main job (`python -m tlc.train`) in a subprocess from the
     project root; returns (summary, stdout). Raises RuntimeError with the
     output's tail if it fails."""
-    import subprocess  # pylint: disable=import-outside-toplevel
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cmd = [sys.executable, "-m", "tlc.train", *flags, f"--logdir={logdir}"]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout)
