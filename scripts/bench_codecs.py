@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # noqa: E402
 
-from tlc import codec, ops, reference_pipeline  # noqa: E402
+from tlc import codec, ops
+from tlc.job import reference_pipeline  # noqa: E402
 
 MI = 1 << 20
 

@@ -24,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tlc import local_run, netem  # noqa: E402
+from tlc.job import launcher, netem  # noqa: E402
 
 WARMUP = 2
 DEFAULT_SHORT = {"10mbit": 6, "100mbit": 20, "1gbit": 40}
@@ -32,7 +32,7 @@ RATE_BITS = {"10mbit": 10e6, "100mbit": 100e6, "1gbit": 1e9}
 
 
 def train(config, steps, logdir, *extra):
-    return local_run.run_job(["--flagfile=configs/fashion_mnist.cfg",
+    return launcher.run_job(["--flagfile=configs/fashion_mnist.cfg",
                               f"--flagfile=configs/{config}.cfg", f"--steps={steps}", *extra],
                              logdir, timeout=7200)[0]
 
@@ -201,7 +201,7 @@ def main():
                          "--eval_examples=2000")
         except RuntimeError:  # e.g. training diverged: report it, measure the rest
             results["full"][config] = {"test_accuracy": None, "curve": [], "seconds_per_step": None,
-                                       "failed": local_run.failure_summary(logdir)}
+                                       "failed": launcher.failure_summary(logdir)}
             print(f"full {config}: failed: {results['full'][config]['failed']}", flush=True)
             continue
         results["full"][config] = {"test_accuracy": full["test_accuracy"],

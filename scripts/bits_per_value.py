@@ -22,7 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # noqa: E402
 
-from tlc import codec, data, models  # noqa: E402
+from tlc import codec
+from tlc.job import data, models  # noqa: E402
 
 S_VALUES = (1.0, 1.5, 1.75, 1.9)
 

@@ -12,7 +12,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tlc import local_run  # noqa: E402
+from tlc.job import launcher  # noqa: E402
 RUNS = [  # (label, flagfile)
     ("32-bit float", "float32"), ("8-bit int", "int8"),
     ("stochastic 3-value + base-3^5", "ternary_stochastic"), ("MQE 1-bit int", "mqe1bit"),
@@ -25,7 +25,7 @@ RUNS = [  # (label, flagfile)
 
 
 def run(flagfile, steps, logdir):
-    return local_run.run_job(["--flagfile=configs/fashion_mnist.cfg",
+    return launcher.run_job(["--flagfile=configs/fashion_mnist.cfg",
                               f"--flagfile=configs/{flagfile}.cfg", f"--steps={steps}",
                               "--log_every=100"], logdir)[0]
 
@@ -47,7 +47,7 @@ def main():
         try:
             s = run(flagfile, args.steps, logdir)
         except RuntimeError:  # e.g. diverged: say so and go on with the others
-            results[flagfile] = {"failed": local_run.failure_summary(logdir)}
+            results[flagfile] = {"failed": launcher.failure_summary(logdir)}
             lines.append(f"| {label} | failed: {results[flagfile]['failed']} | | | |")
             print(lines[-1], flush=True)
             continue

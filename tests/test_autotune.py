@@ -1,14 +1,14 @@
-"""The network-aware controllers driving a real cluster (tlc/autotune.py):
+"""The network-aware controllers driving a real cluster (tlc/job/autotune.py):
 knob values reach the graph, the measured link rate is plausible, and a rate
 drop in the middle of a run makes AQGB pick fewer bits."""
 import pytest
 
-from tlc import local_run, netem
+from tlc.job import launcher, netem
 from tlc.compressors.aqgb import LEVELS
 
 
 def run_job(logdir, *flags, timeout=600):
-    return local_run.run_job(["--flagfile=configs/fashion_mnist.cfg", "--log_every=5", *flags],
+    return launcher.run_job(["--flagfile=configs/fashion_mnist.cfg", "--log_every=5", *flags],
                              str(logdir), timeout=timeout)
 
 
@@ -41,7 +41,7 @@ def test_3lc_sparsity_follows_a_tight_budget(tmp_path):
 
 
 def test_rate_changes_parse_and_sort():
-    assert local_run.parse_rate_changes("60:10mbit, 5:1gbit") == [(5.0, "1gbit"), (60.0, "10mbit")]
+    assert launcher.parse_rate_changes("60:10mbit, 5:1gbit") == [(5.0, "1gbit"), (60.0, "10mbit")]
 
 
 @pytest.mark.skipif(not netem.netem_available()[0],

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tlc import netem
+from tlc.job import netem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -223,7 +223,7 @@ def test_memory_conserves_the_sum(name):
 
 @pytest.mark.parametrize("name", PULLABLE)
 def test_pulls_conserve_the_model(name):
-    """The PS's pull path (tlc/optimizer.py): each step it compresses
+    """The PS's pull path (tlc/optimizer/pull_log.py): each step it compresses
     master - shadow and adds what it sent to the shadow. What workers hold
     (the shadow) plus the residual (master - shadow) is the master: the sum of
     what was sent must be exactly the shadow's change, and the residual must

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tlc import data, models
+from tlc.job import data, models
 
 FASHION_FILES = [f"{prefix}-{kind}-ubyte" for prefix in ("train", "t10k")
                  for kind in ("images-idx3", "labels-idx1")]

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tlc import cluster as cl
-from tlc import local_run
+from tlc.job import cluster as cl
+from tlc.job import launcher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE_FLAGS = ["--flagfile=configs/fashion_mnist.cfg", "--flagfile=configs/3lc_s1.00.cfg",
@@ -46,7 +46,7 @@ class Cluster:
         self.launcher = cl.Launcher(self.spec, self.command, self.logdir, echo_chief=False)
 
     def command(self, job, index):
-        return local_run.task_command(self.spec, job, index, self.logdir, self.flags)
+        return launcher.task_command(self.spec, job, index, self.logdir, self.flags)
 
     def start(self):
         self.launcher.start()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tlc import cluster as cl
+from tlc.job import cluster as cl
 from tlc import codec, ops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tlc import models
+from tlc.job import models
 
 v1 = tf.compat.v1
 

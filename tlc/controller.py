@@ -13,7 +13,7 @@ Pure Python (deterministic, no TF):
   from the bytes actually sent), the least compression s in [1, s_max] whose
   traffic fits the budget.
 
-TF side (tlc.compressors.aqgb.Knob): a Knob is a scalar the graph reads every step ("aqgb_auto" has one
+TF side (tlc.compressors.Knob): a Knob is a scalar the graph reads every step ("aqgb_auto" has one
 per tensor, "3lc_auto" one per compressor); feed the controller's choice
 with knob.feed_dict(value) in the training step's session.run, or
 knob.set(session, value) to keep it.
@@ -21,15 +21,9 @@ knob.set(session, value) to keep it.
 import bisect
 
 import numpy as np
-import tensorflow as tf
 
-from tlc import ops
 from tlc.compressors.aqgb import LEVELS as AQGB_LEVELS
-from tlc.compressors.aqgb import Knob  # noqa: F401  (re-exported: the TF side)
-from tlc.compressors.base import register
-from tlc.compressors.threelc import ThreeLC
-
-_BELOW_TWO = float(np.nextafter(np.float32(2), np.float32(0)))  # largest float32 s < 2
+from tlc.compressors.base import Knob  # noqa: F401  (re-exported: the TF side)
 
 # 3LC bits/value vs s (adaptive encoding, error feedback) measured by
 # scripts/bits_per_value.py on the small CNN / Fashion-MNIST (300 steps): the
@@ -172,28 +166,3 @@ class SparsityController:
             if self.bits_per_value(s) <= allowed_bits:
                 return s
         return round(self.s_max, 2)
-
-
-@register("3lc_auto")
-class ControlledThreeLC(ThreeLC):
-    """3LC whose s is read every step from `knob` (SparsityController's
-    choice), clamped to [1, 2). Pulls use the fixed sparsity_multiplier."""
-
-    def __init__(self, sparsity_multiplier=1.0, adaptive=True):
-        super().__init__(sparsity_multiplier, adaptive)
-        self.knob = None
-
-    def make_memory(self, num_elements, name):
-        if self.knob is None:  # one s for every tensor, on the first sender's host
-            self.knob = Knob(self.sparsity_multiplier, "tlc_3lc_sparsity_knob")
-        return super().make_memory(num_elements, name)
-
-    def compress(self, x, memory=None):
-        if memory is None:
-            return super().compress(x)
-        s = tf.clip_by_value(self.knob.value, 1.0, _BELOW_TWO)
-        return ops.compress_3lc(x, memory, s, adaptive=self.adaptive)
-
-    def describe(self):
-        return f"3lc_auto(s0={self.sparsity_multiplier:g})"
-

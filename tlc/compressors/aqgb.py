@@ -20,32 +20,10 @@ import collections
 import tensorflow as tf
 
 from tlc.compressors import bits
-from tlc.compressors.base import Compressor, local_variable, register
+from tlc.compressors.base import Compressor, Knob, local_variable, register  # noqa: F401  (Knob re-exported)
 from tlc.compressors.baselines import check_finite
 
 LEVELS = (12, 16, 20, 24, 28, 32)
-
-
-class Knob:
-    """A scalar the graph reads each step (`value`), set from Python.
-
-    `value` is a placeholder defaulting to a local variable: feed it for one
-    step (feed_dict) or assign the variable (set) to keep a setting.
-    """
-
-    def __init__(self, initial, name, dtype=tf.float32):
-        self.variable = local_variable([], dtype, name, initial)
-        self.value = tf.compat.v1.placeholder_with_default(self.variable.read_value(), [],
-                                                           name=name + "_feed")
-        self._new = tf.compat.v1.placeholder(dtype, [], name=name + "_new")
-        self._assign = self.variable.assign(self._new, read_value=False)
-
-    def feed_dict(self, value):
-        return {self.value: value}
-
-    def set(self, session, value):
-        session.run(self._assign, {self._new: value})
-
 
 
 def truncate(x, level):

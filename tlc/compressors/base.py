@@ -119,3 +119,24 @@ class ErrorFeedback(Compressor):
 
     def describe(self):
         return self.inner.describe() + "+ef"
+
+
+class Knob:
+    """A scalar the graph reads each step (`value`), set from Python.
+
+    `value` is a placeholder defaulting to a local variable: feed it for one
+    step (feed_dict) or assign the variable (set) to keep a setting.
+    """
+
+    def __init__(self, initial, name, dtype=tf.float32):
+        self.variable = local_variable([], dtype, name, initial)
+        self.value = tf.compat.v1.placeholder_with_default(self.variable.read_value(), [],
+                                                           name=name + "_feed")
+        self._new = tf.compat.v1.placeholder(dtype, [], name=name + "_new")
+        self._assign = self.variable.assign(self._new, read_value=False)
+
+    def feed_dict(self, value):
+        return {self.value: value}
+
+    def set(self, session, value):
+        session.run(self._assign, {self._new: value})

@@ -1,8 +1,11 @@
 """3LC (and the uncompressed float32 baseline) as compressors."""
+import numpy as np
 import tensorflow as tf
 
 from tlc import ops
-from tlc.compressors.base import Compressor, register
+from tlc.compressors.base import Compressor, Knob, register
+
+_BELOW_TWO = float(np.nextafter(np.float32(2), np.float32(0)))  # largest float32 s < 2
 
 
 @register("float32")
@@ -53,3 +56,28 @@ class ThreeLC(Compressor):
 
     def describe(self):
         return f"3lc(s={self.sparsity_multiplier:g}{', zre' if not self.adaptive else ''})"
+
+
+@register("3lc_auto")
+class ControlledThreeLC(ThreeLC):
+    """3LC whose s is read every step from `knob` (SparsityController's
+    choice), clamped to [1, 2). Pulls use the fixed sparsity_multiplier."""
+
+    def __init__(self, sparsity_multiplier=1.0, adaptive=True):
+        super().__init__(sparsity_multiplier, adaptive)
+        self.knob = None
+
+    def make_memory(self, num_elements, name):
+        if self.knob is None:  # one s for every tensor, on the first sender's host
+            self.knob = Knob(self.sparsity_multiplier, "tlc_3lc_sparsity_knob")
+        return super().make_memory(num_elements, name)
+
+    def compress(self, x, memory=None):
+        if memory is None:
+            return super().compress(x)
+        s = tf.clip_by_value(self.knob.value, 1.0, _BELOW_TWO)
+        return ops.compress_3lc(x, memory, s, adaptive=self.adaptive)
+
+    def describe(self):
+        return f"3lc_auto(s0={self.sparsity_multiplier:g})"
+

@@ -21,13 +21,14 @@ import tensorflow as tf
 
 from tlc import controller
 from tlc.compressors.aqgb import ControlledLevels
+from tlc.compressors.threelc import ControlledThreeLC
 
 REMEASURE_EVERY = 200     # steps between compute-time measurements
 MIN_COMM_SECONDS = 1e-3   # floor of the communication part of a step
 
 
 def wants_tuning(compressor):
-    return isinstance(compressor, (controller.ControlledThreeLC, ControlledLevels))
+    return isinstance(compressor, (ControlledThreeLC, ControlledLevels))
 
 
 class AutoTuner:
@@ -52,7 +53,7 @@ class AutoTuner:
         self.throughput = None
         self.setting = None
         self._steps = 0
-        if isinstance(compressor, controller.ControlledThreeLC):
+        if isinstance(compressor, ControlledThreeLC):
             if not push_budget or push_budget <= 0:
                 raise ValueError("3lc_auto needs --push_budget > 0 (seconds a push may take)")
             elements = sum(n for _, n in self.layers)
@@ -110,7 +111,7 @@ class AutoTuner:
     # ------------------------------------------------------------- stepping --
     def feed_dict(self):
         """Knob values for the next step."""
-        if isinstance(self.compressor, controller.ControlledThreeLC):
+        if isinstance(self.compressor, ControlledThreeLC):
             return self.compressor.knob.feed_dict(self.setting)
         feed = {}
         for knob, level in zip(self.compressor.knobs.values(), self.setting):
@@ -134,7 +135,7 @@ class AutoTuner:
     def describe(self):
         """Short text for progress lines."""
         rate = f"{8 * self.throughput / 1e6:.1f} Mbit/s" if self.throughput else "?"
-        if isinstance(self.compressor, controller.ControlledThreeLC):
+        if isinstance(self.compressor, ControlledThreeLC):
             return f"s {self.setting:.2f} at {rate}"
         levels = self.setting
         mean = sum(lv * n for lv, (_, n) in zip(levels, self.layers)) / max(
@@ -144,7 +145,7 @@ class AutoTuner:
     def record(self):
         """JSON-able state for the run summary's curve."""
         out = {"link_bytes_per_s": self.throughput, "compute_seconds": self.compute_seconds}
-        if isinstance(self.compressor, controller.ControlledThreeLC):
+        if isinstance(self.compressor, ControlledThreeLC):
             out["s"] = self.setting
         else:
             out["levels"] = list(self.setting)

@@ -23,7 +23,7 @@ Use with a cluster launcher
 ---------------------------
 ::
 
-    from tlc import netem
+    from tlc.job import netem
     ok, why = netem.netem_available()        # needs root, ip, tc, netns
     if not ok:
         raise SystemExit(f"slow links unavailable: {why}")
@@ -39,7 +39,7 @@ Use with a cluster launcher
         wire = [net.counters(i) for i in range(num_tasks)]  # kernel-counted
 
 ``ip netns exec`` execs the command, so the Popen's pid is the task itself
-and signals reach it directly. tlc.local_run does exactly this for
+and signals reach it directly. tlc.job.launcher does exactly this for
 ``--netem_rate``.
 
 Creating a network takes about a second: the kernel brings new veths up

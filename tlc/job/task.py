@@ -6,7 +6,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tlc import autotune, compressors, data, models, moments, replica
+from tlc import compressors, moments, replica
+from tlc.job import autotune, data, models
 from tlc.optimizer import SyncReplicasOptimizer
 from tlc.session import training_session
 

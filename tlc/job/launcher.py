@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from tlc import cluster as cl
+from tlc.job import cluster as cl
 
 # Flags that describe the task, set per process by the launcher.
 _TASK_FLAGS = ("--cluster", "--job_name", "--task_index", "--logdir")
@@ -24,7 +24,7 @@ def run_job(flags, logdir, timeout=3600):
     """Runs the main job (`python -m tlc.train`) in a subprocess from the
     project root; returns (summary, stdout). Raises RuntimeError with the
     output's tail if it fails."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project root
     cmd = [sys.executable, "-m", "tlc.train", *flags, f"--logdir={logdir}"]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
@@ -107,7 +107,7 @@ def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=Non
 
 def parse_rate_changes(text):
     """'60:10mbit,120:1gbit' -> [(60.0, '10mbit'), (120.0, '1gbit')], checked."""
-    from tlc import netem  # pylint: disable=import-outside-toplevel
+    from tlc.job import netem  # pylint: disable=import-outside-toplevel
     changes = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         when, sep, rate = item.partition(":")
@@ -146,7 +146,7 @@ def _network(flags, num_tasks):
     if not flags.netem_rate:
         yield None, None
         return
-    from tlc import netem  # pylint: disable=import-outside-toplevel
+    from tlc.job import netem  # pylint: disable=import-outside-toplevel
     ok, reason = netem.netem_available()
     if not ok:
         raise SystemExit(f"--netem_rate needs network namespaces: {reason}")
@@ -160,7 +160,7 @@ def launch(flags, argv=None, spec=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     # The data must be there before any process starts: fail once, clearly,
     # before anything is written.
-    from tlc import data  # pylint: disable=import-outside-toplevel
+    from tlc.job import data  # pylint: disable=import-outside-toplevel
     data.check_available(flags.dataset, flags.data_dir)
     logdir = flags.logdir or default_logdir()
     os.makedirs(logdir, exist_ok=True)

@@ -1,0 +1,73 @@
+"""The package's layers import only downward: codec <- compressors <- optimizer <- job.
+
+Read from the source (ast), so a layer violation fails here even when the
+import would happen to work at run time.
+"""
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "tlc"
+
+# Layer of each module path prefix (longest match wins); higher may import lower.
+LAYERS = {
+    "tlc.ops": 0, "tlc.codec": 0, "tlc._codec": 0, "tlc._tlc_ops": 0, "tlc.moments": 0,
+    "tlc.compressors": 1,
+    "tlc.controller": 2, "tlc.replica": 2, "tlc.session": 2,
+    "tlc.optimizer": 3,
+    "tlc.job": 4, "tlc.train": 5,
+}
+
+
+def layer(module):
+    best = None
+    for prefix, level in LAYERS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            if best is None or len(prefix) > len(best[0]):
+                best = (prefix, level)
+    return best
+
+
+def module_name(path):
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def tlc_imports(path):
+    """Every tlc module the file imports, at any depth of the file."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("tlc"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tlc"):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+SOURCES = sorted(p for p in ROOT.rglob("*.py") if module_name(p) != "tlc")
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: module_name(p))
+def test_imports_point_down(path):
+    own = layer(module_name(path))
+    assert own is not None, f"{module_name(path)} has no layer in tests/test_layout.py"
+    for imported in tlc_imports(path):
+        theirs = layer(imported)
+        if theirs is None or theirs[0] == own[0]:
+            continue  # a name, not a module (from tlc import x), or the same layer
+        assert theirs[1] <= own[1], (
+            f"{module_name(path)} (layer {own[1]}) imports {imported} (layer {theirs[1]})")
+
+
+def test_library_needs_nothing_of_the_job():
+    """`import tlc` and everything under it but tlc/job works without the job."""
+    for path in SOURCES:
+        name = module_name(path)
+        if name.startswith(("tlc.job", "tlc.train")):
+            continue
+        assert not any(i.startswith("tlc.job") for i in tlc_imports(path)), name

@@ -1,0 +1,153 @@
+"""The main job: train a model on a PS/worker cluster with tlc compression.
+
+  python -m tlc.train                      # embedded default: 1 PS + 2 workers
+  python -m tlc.train --flagfile=configs/3lc_s1.75.cfg
+  python -m tlc.train --cluster=cluster.json --job_name=worker --task_index=0
+  python -m tlc.train --cluster=cluster.json   # every task of it, on this machine
+
+With no cluster (no --cluster, no TF_CONFIG) this process launches the
+cluster itself on this machine and prints the chief's progress and a JSON
+summary. With a cluster it runs the one task it is told to.
+"""
+import os
+import sys
+
+# Before TensorFlow is imported anywhere: keep its C++ start-up chatter out.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+
+# Cluster.
+flags.DEFINE_string("cluster", None, "Cluster JSON (text or file); default: TF_CONFIG, else a "
+                    "local cluster launched by this process.")
+flags.DEFINE_string("job_name", None, "ps or worker (with --cluster); without it, all tasks of "
+                    "--cluster are launched on this machine.")
+flags.DEFINE_integer("task_index", 0, "Task index within the job (with --cluster).")
+flags.DEFINE_integer("num_ps", 1, "Parameter servers of the embedded local cluster.")
+flags.DEFINE_integer("num_workers", 2, "Workers of the embedded local cluster.")
+flags.DEFINE_integer("backup_workers", 0, "Workers whose gradients are not waited for.")
+flags.DEFINE_string("netem_rate", None, "Run the local cluster in network namespaces with this "
+                    "rate limit per task and direction (e.g. 10mbit, or unlimited); needs root.")
+flags.DEFINE_string("netem_rate_changes", None, "With --netem_rate: change every link's rate "
+                    "during the run, e.g. '60:10mbit,120:100mbit' (seconds after launch:rate).")
+flags.DEFINE_string("netem_delay", None, "Extra one-way delay with --netem_rate (e.g. 1ms).")
+# Model and data.
+flags.DEFINE_string("dataset", "fashion_mnist", "fashion_mnist or cifar10.")
+flags.DEFINE_string("data_dir", None, "Dataset directory (default: the dataset's usual place).")
+flags.DEFINE_string("model", None, "small_cnn, resnet20, resnet32, resnet110 (default: the "
+                    "dataset's default model).")
+flags.DEFINE_integer("batch_size", 64, "Per-worker batch size.")
+flags.DEFINE_integer("steps", 600, "Global steps to train.")
+flags.DEFINE_string("optimizer", "momentum", "sgd, momentum or adam.")
+flags.DEFINE_float("learning_rate", 0.05, "Learning rate.")
+flags.DEFINE_float("momentum", 0.9, "Momentum (momentum optimizer).")
+flags.DEFINE_float("weight_decay", 0.0, "L2 weight decay on conv and dense kernels (He et al. "
+                   "use 1e-4 on CIFAR).")
+# Compression.
+flags.DEFINE_string("compressor", "3lc", "Registered compressor name (tlc.compressors.names()).")
+flags.DEFINE_float("sparsity_multiplier", 1.0, "3LC sparsity multiplier s in [1, 2).")
+flags.DEFINE_bool("adaptive", True, "3LC: pick the smaller of zero-run and Golomb encodings.")
+flags.DEFINE_string("compressor_args", "", "Compressor parameters, e.g. p=0.01,delay=2 for sbc.")
+flags.DEFINE_float("push_budget", None, "3lc_auto: seconds a step's push may take (s follows "
+                   "the measured link rate); aqgb_auto: time the last layer's push may take.")
+flags.DEFINE_string("pull_compressor", None, "Compressor for model pulls (default: as push).")
+flags.DEFINE_integer("compress_threshold", 1024, "Tensors with fewer elements go uncompressed.")
+# Output.
+flags.DEFINE_string("logdir", None, "Run directory: task logs, TensorBoard, checkpoints, "
+                    "summary.json (default: runs/<time>).")
+flags.DEFINE_integer("log_every", 50, "Print progress every this many steps.")
+flags.DEFINE_integer("checkpoint_steps", 0, "Chief saves a checkpoint every this many steps "
+                     "(0: only at the end).")
+flags.DEFINE_integer("eval_batch", 1000, "Evaluation batch size.")
+flags.DEFINE_integer("eval_every", 0, "Chief: test accuracy on --eval_examples every this many "
+                     "steps (0: only at the end), for time-to-accuracy curves.")
+flags.DEFINE_integer("eval_examples", 2000, "Test examples for the periodic evaluation.")
+flags.DEFINE_integer("seed", 1, "Random seed.")
+flags.DEFINE_float("timeout", 3600, "Launcher: stop the cluster after this many seconds.")
+
+
+def check_flags():
+    """Refuses bad configurations before any process starts."""
+    from tlc import compressors  # pylint: disable=import-outside-toplevel
+    errors = []
+    if not 1.0 <= FLAGS.sparsity_multiplier < 2.0:
+        errors.append(f"--sparsity_multiplier must be in [1, 2), got {FLAGS.sparsity_multiplier}")
+    for flag in ("compressor", "pull_compressor"):
+        name = getattr(FLAGS, flag)
+        if name is not None and name not in compressors.names():
+            errors.append(f"--{flag}={name} is not a known compressor "
+                          f"({', '.join(compressors.names())})")
+    if FLAGS.backup_workers < 0 or FLAGS.backup_workers >= FLAGS.num_workers:
+        errors.append(f"--backup_workers must be in [0, num_workers), got {FLAGS.backup_workers}")
+    if FLAGS.netem_rate_changes:
+        from tlc.job import launcher  # pylint: disable=import-outside-toplevel
+        try:
+            launcher.parse_rate_changes(FLAGS.netem_rate_changes)
+        except ValueError as e:
+            errors.append(f"--netem_rate_changes: {e}")
+        if not FLAGS.netem_rate:
+            errors.append("--netem_rate_changes needs --netem_rate")
+    if FLAGS.push_budget is not None and not FLAGS.push_budget > 0:
+        errors.append(f"--push_budget must be > 0 seconds, got {FLAGS.push_budget}")
+    if FLAGS.compressor == "3lc_auto" and FLAGS.push_budget is None:
+        errors.append("--compressor=3lc_auto needs --push_budget (seconds a push may take)")
+    if FLAGS.eval_every < 0:
+        errors.append(f"--eval_every must be >= 0, got {FLAGS.eval_every}")
+    for flag in ("steps", "batch_size", "log_every", "num_ps", "num_workers", "eval_batch",
+                 "eval_examples"):
+        if getattr(FLAGS, flag) < 1:
+            errors.append(f"--{flag} must be >= 1, got {getattr(FLAGS, flag)}")
+    if FLAGS.learning_rate <= 0:
+        errors.append(f"--learning_rate must be > 0, got {FLAGS.learning_rate}")
+    if FLAGS.optimizer not in ("sgd", "momentum", "adam"):
+        errors.append(f"--optimizer must be sgd, momentum or adam, got {FLAGS.optimizer}")
+    if not errors:
+        from tlc.job import task  # pylint: disable=import-outside-toplevel
+        for flag in ("compressor", "pull_compressor"):
+            name = getattr(FLAGS, flag)
+            if name is not None:
+                try:
+                    task.compressor_from_flags(name, FLAGS)
+                except ValueError as e:
+                    errors.append(f"--{flag}={name}: {e}")
+    if errors:
+        raise app.UsageError("; ".join(errors))
+
+
+def main(argv):
+    del argv
+    check_flags()
+    if FLAGS.cluster:
+        from tlc.job import cluster as cl  # pylint: disable=import-outside-toplevel
+        spec = cl.parse_cluster(FLAGS.cluster)
+        if FLAGS.job_name is None:  # every task of the description, on this machine
+            from tlc.job import launcher  # pylint: disable=import-outside-toplevel
+            return launcher.launch(FLAGS, spec=spec)
+        cl.check_task(spec, FLAGS.job_name, FLAGS.task_index)
+        return run_task(spec, FLAGS.job_name, FLAGS.task_index)
+    if os.environ.get("TF_CONFIG"):
+        from tlc.job import cluster as cl  # pylint: disable=import-outside-toplevel
+        spec, job, index = cl.from_tf_config(os.environ["TF_CONFIG"])
+        return run_task(spec, job, index)
+    from tlc.job import launcher  # pylint: disable=import-outside-toplevel
+    return launcher.launch(FLAGS)
+
+
+def run_task(spec, job, index):
+    from tlc.job import task  # pylint: disable=import-outside-toplevel
+    code = task.run(spec, job, index, FLAGS)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # TF's gRPC server and queue-runner threads can keep a process alive for
+    # minutes after training; the work is done and flushed, so leave now.
+    os._exit(code)  # pylint: disable=protected-access
+
+
+def entry():
+    app.run(main)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,71 @@
+"""Session hook: initialises tokens and local state, runs the chief's queue
+runner, and resyncs a worker that fell too far behind."""
+import time
+
+import tensorflow as tf
+
+
+class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
+    """Initialises tokens and local state, runs the chief's queue runner, and
+    resyncs a worker that fell too far behind."""
+
+    def __init__(self, optimizer, is_chief, num_tokens):
+        self._opt = optimizer
+        self._is_chief = is_chief
+        self._num_tokens = num_tokens
+
+    def begin(self):
+        self._opt._require_applied("make_session_run_hook")  # pylint: disable=protected-access
+        self._init_tokens_op = self._opt.get_init_tokens_op(self._num_tokens) if self._is_chief \
+            else None
+        self._local_init_op = (self._opt.chief_init_op if self._is_chief
+                               else self._opt.local_step_init_op)
+
+    def after_create_session(self, session, coord):
+        deadline = time.time() + 300
+        while len(session.run(self._opt.ready_for_local_init_op)) > 0:
+            if time.time() > deadline:
+                raise RuntimeError("tlc: model variables were never initialised by the chief")
+            time.sleep(0.2)
+        session.run(self._local_init_op)
+        while not session.run(self._opt._shadow_ready):  # pylint: disable=protected-access
+            if time.time() > deadline:
+                raise RuntimeError("tlc: the chief never initialised the model shadows")
+            time.sleep(0.1)
+        self._opt.full_sync(session)
+        if self._is_chief:
+            session.run(self._init_tokens_op)
+            self._opt.get_chief_queue_runner().create_threads(session, coord=coord, daemon=True,
+                                                              start=True)
+
+    def before_run(self, run_context):
+        step_ops = {self._opt._train_op.name,  # pylint: disable=protected-access
+                    self._opt._needs_full_sync.op.name,  # pylint: disable=protected-access
+                    self._opt._version_after_step.op.name}  # pylint: disable=protected-access
+        if _fetches_any(run_context.original_args.fetches, step_ops):
+            return tf.compat.v1.train.SessionRunArgs(self._opt._needs_full_sync)  # pylint: disable=protected-access
+        return None
+
+    def after_run(self, run_context, run_values):
+        if run_values.results:
+            self._opt.full_sync(run_context.session)
+
+    def end(self, session):
+        # Wake workers still waiting for a token so that they can see the end.
+        if self._is_chief:
+            try:
+                session.run(self._opt._release_tokens)  # pylint: disable=protected-access
+            except tf.errors.OpError:
+                pass
+
+
+def _fetches_any(fetches, names):
+    """True if a fetch is (or groups) one of the named ops: a training step."""
+    if isinstance(fetches, (list, tuple)):
+        return any(_fetches_any(f, names) for f in fetches)
+    if isinstance(fetches, dict):
+        return any(_fetches_any(f, names) for f in fetches.values())
+    op = getattr(fetches, "op", fetches)
+    if not isinstance(op, tf.Operation):
+        return False
+    return op.name in names or any(c.name in names for c in op.control_inputs)

@@ -1,0 +1,34 @@
+"""PS: compress (master - shadow) once per step, apply it to the shadow and
+keep the payload in a log keyed by step that every worker reads."""
+import tensorflow as tf
+
+
+class PullLog:
+    """Mixin of SyncReplicasOptimizer."""
+
+    def _build_pull_compression(self, entry, step):
+        """Compresses master - shadow once, applies it to the shadow, logs it."""
+        master, base = entry.master, entry.master.op.name
+        with tf.device(master.device):
+            # Filled from the master by the chief's init op (see _build_init_ops).
+            entry.shadow = self._global_variable(tf.zeros(master.shape), base + "/tlc_shadow")
+            with tf.control_dependencies([step]):
+                shadow = tf.reshape(entry.shadow.read_value(), [-1])
+                delta = tf.reshape(master.read_value(), [-1]) - shadow
+                payload = self._pull_compressor.compress(delta)
+                entry.payload_dtypes = [t.dtype for t in payload]
+                updated = self._pull_compressor.accumulate(shadow, payload)
+                assign = entry.shadow.assign(tf.reshape(updated, master.shape), read_value=False)
+                record = tf.stack([tf.io.serialize_tensor(t) for t in payload])
+            # Outside the control dependencies: workers look the log up too.
+            # Shared by node name across every worker's graph, and saved with
+            # checkpoints so it stays consistent with the shadow.
+            entry.log = tf.lookup.experimental.MutableHashTable(
+                tf.int64, tf.string, default_value=[""] * len(payload),
+                name=base.replace("/", "_") + "_tlc_pull_log", checkpoint=True)
+            with tf.control_dependencies([step]):
+                key = tf.cast(step, tf.int64)
+                logged = entry.log.insert(key[None], record[None])
+                with tf.control_dependencies([logged]):
+                    pruned = entry.log.remove((key - self._pull_log_size)[None])
+            return tf.group(assign, pruned)

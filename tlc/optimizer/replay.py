@@ -1,0 +1,90 @@
+"""Worker step: push, wait for the token, then apply the logged model
+deltas it has not applied yet to its local copies."""
+import tensorflow as tf
+
+
+class Replay:
+    """Mixin of SyncReplicasOptimizer."""
+
+    def _build_worker_step(self, push_ops, push_bytes):
+        gs = self._global_step
+        with tf.device(gs.device), tf.name_scope(""):
+            with tf.control_dependencies(push_ops):
+                token = self._sync_token_queue.dequeue()
+            got_token = self._local_step.assign(token)
+        with tf.device(self._worker_host):
+            self._local_version = self._local_variable(0, tf.int64, "tlc_local_version")
+            self._local_version_read = self._local_version.read_value()
+            self._bytes_pushed = self._local_variable(0, tf.int64, "tlc_bytes_pushed")
+            self._bytes_pulled = self._local_variable(0, tf.int64, "tlc_bytes_pulled")
+            self._worker_steps = self._local_variable(0, tf.int64, "tlc_worker_steps")
+            self._float32_bytes_per_step = tf.constant(
+                4 * sum(e.num_elements for e in self._entries), tf.int64)
+        with tf.control_dependencies([got_token]):
+            with tf.device(gs.device):
+                server_version = tf.cast(gs.read_value(), tf.int64)
+            with tf.device(self._worker_host):
+                local_version = self._local_version.read_value()
+                behind = server_version - local_version
+                count = tf.clip_by_value(behind, 0, self._pull_log_size)
+                keys = tf.range(local_version + 1, local_version + 1 + count)
+        replayed, records, pulled = [], [], tf.constant(0, tf.int64)
+        found = tf.logical_and(behind >= 0, behind <= self._pull_log_size)
+        for entry in self._entries:
+            if not entry.has_local_copy:
+                continue
+            if entry.compressed:
+                with tf.device(entry.master.device):
+                    rows = entry.log.lookup(keys)
+                    # Checked and sized where the log lives: the rows themselves
+                    # then cross the network once, to the replay.
+                    present = tf.reduce_all(tf.not_equal(rows[:, 0], ""))
+                    size = tf.reduce_sum(tf.cast(tf.strings.length(rows), tf.int64))
+                with tf.device(self._worker_host):
+                    found = tf.logical_and(found, present)
+                    pulled += size
+                records.append((entry, rows))
+            else:
+                with tf.device(entry.master.device):
+                    value = entry.master.read_value()
+                with tf.device(entry.local.device):
+                    replayed.append(entry.local.assign(value, read_value=False))
+                pulled += 4 * entry.num_elements
+        with tf.device(self._worker_host):
+            self._step_traffic = {"pushed": push_bytes, "pulled": pulled}
+            steps = tf.where(found, count, tf.zeros_like(count))
+            replayed += self._replay(records, steps)
+            with tf.control_dependencies(replayed):
+                new_version = tf.where(found, server_version, local_version)
+                bookkeeping = [
+                    self._local_version.assign(new_version, read_value=False),
+                    self._bytes_pushed.assign_add(push_bytes, read_value=False),
+                    self._bytes_pulled.assign_add(pulled, read_value=False),
+                    self._worker_steps.assign_add(1, read_value=False),
+                ]
+            with tf.control_dependencies(bookkeeping):
+                self._needs_full_sync = tf.logical_not(found, name="tlc_needs_full_sync")
+                self._version_after_step = tf.identity(new_version, name="tlc_version_after_step")
+            self._train_op = tf.group(self._needs_full_sync, self._version_after_step,
+                                      name="tlc_train_op")
+            return self._train_op
+
+    def _replay(self, records, steps):
+        """local += delta for each logged step, in order, on the worker."""
+        if not records:
+            return []
+
+        def body(i, *values):
+            out = []
+            for (entry, rows), value in zip(records, values):
+                payload = [tf.io.parse_tensor(rows[i, j], dtype)
+                           for j, dtype in enumerate(entry.payload_dtypes)]
+                out.append(tf.reshape(self._pull_compressor.accumulate(value, payload),
+                                      [entry.num_elements]))
+            return (i + 1,) + tuple(out)
+
+        start = tuple(tf.reshape(e.local.read_value(), [-1]) for e, _ in records)
+        final = tf.while_loop(lambda i, *_: i < steps, body,
+                              (tf.constant(0, tf.int64),) + start)[1:]
+        return [e.local.assign(tf.reshape(v, e.local.shape), read_value=False)
+                for (e, _), v in zip(records, final)]
