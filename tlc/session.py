@@ -5,15 +5,50 @@ the chief's initialisation every 30 s and waits up to 120 s for threads at
 the end; here both are short. Checkpoints are saved and restored by the chief
 as usual.
 """
+import os
+import time
+import weakref
+
 import tensorflow as tf
+from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=no-name-in-module
 from tensorflow.python.training import session_manager  # pylint: disable=no-name-in-module
 
 POLL_SECS = 0.5
 
 
-def _fast_manager(creator):
+# Graph -> objects with restore_model(session, saver, checkpoint_dir) (see
+# tlc.optimizer.recovery); not a graph collection, which checkpoints would export.
+_RESTORERS = weakref.WeakKeyDictionary()
+
+
+def register_restorer(restorer, graph=None):
+    _RESTORERS.setdefault(graph or tf.compat.v1.get_default_graph(), []).append(restorer)
+
+
+class _RestoringManager(session_manager.SessionManager):
+    """Puts the newest model on the parameter servers (checkpoint or a live
+    worker's copy, see tlc.optimizer.recovery) instead of the latest
+    checkpoint or a fresh initialisation."""
+
+    def _restore_checkpoint(self, master, saver=None, checkpoint_dir=None,
+                            checkpoint_filename_with_path=None, wait_for_checkpoint=False,
+                            max_wait_secs=7200, config=None):
+        restorers = _RESTORERS.get(self._graph, [])
+        if not restorers or checkpoint_filename_with_path:
+            return super()._restore_checkpoint(master, saver, checkpoint_dir,
+                                               checkpoint_filename_with_path,
+                                               wait_for_checkpoint, max_wait_secs, config)
+        sess, _ = super()._restore_checkpoint(master, config=config)  # a bare session
+        try:
+            return sess, all([r.restore_model(sess, saver, checkpoint_dir) for r in restorers])
+        except Exception:
+            sess.close()
+            raise
+
+
+def _fast_manager(creator, manager=session_manager.SessionManager):
     scaffold = creator._scaffold  # pylint: disable=protected-access
-    return session_manager.SessionManager(
+    return manager(
         local_init_op=scaffold.local_init_op,
         local_init_feed_dict=scaffold.local_init_feed_dict,
         ready_op=scaffold.ready_op,
@@ -25,7 +60,7 @@ def _fast_manager(creator):
 class _ChiefCreator(tf.compat.v1.train.ChiefSessionCreator):
     def _get_session_manager(self):
         if not self._session_manager:
-            self._session_manager = _fast_manager(self)
+            self._session_manager = _fast_manager(self, _RestoringManager)
         return self._session_manager
 
 
@@ -36,17 +71,76 @@ class _WorkerCreator(tf.compat.v1.train.WorkerSessionCreator):
         return self._session_manager
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written (the previous one stays the latest)."""
+
+
+class CheckpointHook(tf.compat.v1.train.SessionRunHook):
+    """Saves when the session starts, every `every_steps` steps and/or
+    `every_secs` seconds (None: never), and always at the end. A checkpoint
+    becomes "latest" only once its data and meta graph are written, so a
+    failed save (disk full) leaves the previous one in place."""
+
+    def __init__(self, checkpoint_dir, scaffold, every_steps=None, every_secs=None):
+        self._dir = checkpoint_dir
+        self._scaffold = scaffold
+        self._every_steps, self._every_secs = every_steps, every_secs
+        self._saved_step, self._saved_time = None, time.time()
+
+    def begin(self):
+        self._step = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self._save(session, int(session.run(self._step)))
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._step)
+
+    def after_run(self, run_context, run_values):
+        step = int(run_values.results)
+        due_steps = self._every_steps and step >= self._saved_step + self._every_steps
+        due_time = self._every_secs and time.time() >= self._saved_time + self._every_secs
+        if due_steps or due_time:
+            self._save(run_context.session, int(run_context.session.run(self._step)))
+
+    def end(self, session):
+        step = int(session.run(self._step))
+        if step != self._saved_step:
+            self._save(session, step)
+
+    def _save(self, session, step):
+        saver = self._scaffold.saver
+        prefix = os.path.join(self._dir, "model.ckpt")
+        try:
+            os.makedirs(self._dir, exist_ok=True)
+            path = saver.save(session, prefix, global_step=step, write_state=False)
+            # Data and meta graph are complete: only now is it the latest.
+            saver._RecordLastCheckpoint(path)  # pylint: disable=protected-access
+            checkpoint_management.update_checkpoint_state_internal(
+                self._dir, path, all_model_checkpoint_paths=saver.last_checkpoints,
+                save_relative_paths=True)
+            saver._MaybeDeleteOldCheckpoints()  # pylint: disable=protected-access
+        except (OSError, tf.errors.OpError) as e:
+            why = e.strerror if isinstance(e, OSError) else e.message.splitlines()[0]
+            kept = checkpoint_management.latest_checkpoint(self._dir)
+            raise CheckpointError(f"cannot write checkpoint {prefix}-{step}: {why} "
+                                  f"(latest complete checkpoint: {kept or 'none'})") from None
+        self._saved_step, self._saved_time = step, time.time()
+
+
 def training_session(master, is_chief, hooks=(), checkpoint_dir=None, save_checkpoint_steps=None,
-                     config=None, stop_grace_period_secs=1, max_wait_secs=600):
-    """MonitoredSession; the chief restores from / saves to checkpoint_dir."""
+                     config=None, stop_grace_period_secs=1, max_wait_secs=600,
+                     save_checkpoint_secs=None):
+    """MonitoredSession; the chief restores from / saves to checkpoint_dir
+    (at the start, every save_checkpoint_steps / _secs if given, and at the end)."""
     scaffold = tf.compat.v1.train.Scaffold()
     hooks = list(hooks)
     if is_chief:
         creator = _ChiefCreator(scaffold=scaffold, master=master, config=config,
                                 checkpoint_dir=checkpoint_dir)
-        if checkpoint_dir and save_checkpoint_steps:
-            hooks.append(tf.compat.v1.train.CheckpointSaverHook(
-                checkpoint_dir, save_steps=save_checkpoint_steps, scaffold=scaffold))
+        if checkpoint_dir:
+            hooks.append(CheckpointHook(checkpoint_dir, scaffold, save_checkpoint_steps or None,
+                                        save_checkpoint_secs or None))
     else:
         creator = _WorkerCreator(scaffold=scaffold, master=master, config=config,
                                  max_wait_secs=max_wait_secs)

@@ -32,6 +32,9 @@ def parse_cluster(spec):
             spec = json.loads(text)
         except OSError as e:
             raise ClusterError(f"cannot read cluster file {source}: {e}") from e
+        except UnicodeDecodeError as e:
+            raise ClusterError(f"cluster file {source} is not UTF-8 text (byte {e.start}: "
+                               f"{e.object[e.start:e.start + 1]!r}); expected JSON") from None
         except json.JSONDecodeError as e:
             raise ClusterError(f"{source} is not valid JSON: {e}") from e
     if not isinstance(spec, dict):

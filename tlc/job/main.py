@@ -58,8 +58,12 @@ flags.DEFINE_integer("compress_threshold", 1024, "Tensors with fewer elements go
 flags.DEFINE_string("logdir", None, "Run directory: task logs, TensorBoard, checkpoints, "
                     "summary.json (default: runs/<time>).")
 flags.DEFINE_integer("log_every", 50, "Print progress every this many steps.")
-flags.DEFINE_integer("checkpoint_steps", 0, "Chief saves a checkpoint every this many steps "
-                     "(0: only at the end).")
+flags.DEFINE_integer("checkpoint_steps", 0, "Chief also saves a checkpoint every this many "
+                     "steps (0: not by steps). It always saves at the start and the end.")
+flags.DEFINE_float("checkpoint_secs", 600, "Chief also saves a checkpoint every this many "
+                   "seconds (0: not by time).")
+flags.DEFINE_float("unreachable_timeout", 600, "A worker gives up (exit 1) when a parameter "
+                   "server has been unreachable this many seconds.")
 flags.DEFINE_integer("eval_batch", 1000, "Evaluation batch size.")
 flags.DEFINE_integer("eval_every", 0, "Chief: test accuracy on --eval_examples every this many "
                      "steps (0: only at the end), for time-to-accuracy curves.")
@@ -121,11 +125,15 @@ def main(argv):
     check_flags()
     if FLAGS.cluster:
         from tlc.job import cluster as cl  # pylint: disable=import-outside-toplevel
-        spec = cl.parse_cluster(FLAGS.cluster)
+        try:
+            spec = cl.parse_cluster(FLAGS.cluster)
+            if FLAGS.job_name is not None:
+                cl.check_task(spec, FLAGS.job_name, FLAGS.task_index)
+        except cl.ClusterError as e:
+            raise SystemExit(f"tlc: {e}") from None  # one line, no traceback
         if FLAGS.job_name is None:  # every task of the description, on this machine
             from tlc.job import launcher  # pylint: disable=import-outside-toplevel
             return launcher.launch(FLAGS, spec=spec)
-        cl.check_task(spec, FLAGS.job_name, FLAGS.task_index)
         return run_task(spec, FLAGS.job_name, FLAGS.task_index)
     if os.environ.get("TF_CONFIG"):
         from tlc.job import cluster as cl  # pylint: disable=import-outside-toplevel

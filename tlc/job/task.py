@@ -1,15 +1,18 @@
 """One task of a training cluster: a parameter server or a worker."""
+import errno
 import json
 import os
+import socket
 import time
 
 import numpy as np
 import tensorflow as tf
 
 from tlc import compressors, moments, replica
-from tlc.job import autotune, data, models
+from tlc.job import autotune, data, models, watchdog
 from tlc.optimizer import SyncReplicasOptimizer
-from tlc.session import training_session
+from tlc.optimizer.recovery import ModelLostError
+from tlc.session import CheckpointError, training_session
 
 DONE_QUEUE = "tlc_done_ps{}"
 PS_EXIT_GRACE = 0.2  # seconds
@@ -24,15 +27,37 @@ def run(spec, job, index, flags):
     # A task only talks to the parameter servers and itself, so it neither
     # waits for nor depends on other workers.
     config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", own] if job == "worker" else [own])
-    server = tf.distribute.Server(cluster, job_name=job, task_index=index, config=config)
+    try:
+        server = tf.distribute.Server(cluster, job_name=job, task_index=index, config=config)
+    except tf.errors.OpError as e:
+        address = spec[job][index]
+        why = "address already in use" if _port_taken(address) else _error_summary(e)
+        print(f"{job} {index}: cannot serve {address}: {why}", flush=True)
+        return 1
     if job == "ps":
         return _run_ps(server, spec, index, config)
+    watchdog.Watchdog(f"worker {index}", {f"ps{i}": a for i, a in enumerate(spec["ps"])},
+                      flags.unreachable_timeout).start()
     try:
         return _run_worker(server, cluster, spec, index, config, flags)
     except (tf.errors.OpError, FloatingPointError) as e:
         # One clear line; the parameter servers and other workers carry on.
         print(f"worker {index}: training step failed: {_error_summary(e)}", flush=True)
         return 1
+    except (ModelLostError, CheckpointError) as e:
+        print(f"worker {index}: {e}", flush=True)
+        return 1
+
+
+def _port_taken(address):
+    """Whether another process already listens on this task's port."""
+    port = int(address.rpartition(":")[2])
+    with socket.socket() as probe:
+        try:
+            probe.bind(("", port))
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False
 
 
 def _error_summary(error):
@@ -161,6 +186,7 @@ def _run_worker(server, cluster, spec, index, config, flags):
     summary = {"task": index, "model": model_name, "compressor": sync.compressor.describe()}
     with training_session(server.target, is_chief, hooks, checkpoint_dir=checkpoint_dir,
                           save_checkpoint_steps=flags.checkpoint_steps or None,
+                          save_checkpoint_secs=flags.checkpoint_secs or None,
                           config=config) as sess:
         step = sess.run(sync.local_version)
         first_step, last = step, {"time": time.time(), "step": step,

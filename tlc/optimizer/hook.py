@@ -4,6 +4,8 @@ import time
 
 import tensorflow as tf
 
+from tlc.optimizer.recovery import check_not_behind
+
 
 class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
     """Initialises tokens and local state, runs the chief's queue runner, and
@@ -13,6 +15,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._opt = optimizer
         self._is_chief = is_chief
         self._num_tokens = num_tokens
+        self._seen_version = 0  # newest model version this process has trained on
 
     def begin(self):
         self._opt._require_applied("make_session_run_hook")  # pylint: disable=protected-access
@@ -22,6 +25,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
                                else self._opt.local_step_init_op)
 
     def after_create_session(self, session, coord):
+        self._opt.init_persistent(session)
         deadline = time.time() + 300
         while len(session.run(self._opt.ready_for_local_init_op)) > 0:
             if time.time() > deadline:
@@ -32,7 +36,10 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             if time.time() > deadline:
                 raise RuntimeError("tlc: the chief never initialised the model shadows")
             time.sleep(0.1)
-        self._opt.full_sync(session)
+        version = self._opt.full_sync(session)
+        check_not_behind(self._seen_version, version,
+                         "chief" if self._is_chief else "worker")
+        self._seen_version = max(self._seen_version, version)
         if self._is_chief:
             session.run(self._init_tokens_op)
             self._opt.get_chief_queue_runner().create_threads(session, coord=coord, daemon=True,
@@ -43,11 +50,16 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
                     self._opt._needs_full_sync.op.name,  # pylint: disable=protected-access
                     self._opt._version_after_step.op.name}  # pylint: disable=protected-access
         if _fetches_any(run_context.original_args.fetches, step_ops):
-            return tf.compat.v1.train.SessionRunArgs(self._opt._needs_full_sync)  # pylint: disable=protected-access
+            return tf.compat.v1.train.SessionRunArgs(
+                (self._opt._needs_full_sync, self._opt._version_after_step))  # pylint: disable=protected-access
         return None
 
     def after_run(self, run_context, run_values):
-        if run_values.results:
+        if run_values.results is None:
+            return
+        needs_full_sync, version = run_values.results
+        self._seen_version = max(self._seen_version, int(version))
+        if needs_full_sync:
             self._opt.full_sync(run_context.session)
 
     def end(self, session):

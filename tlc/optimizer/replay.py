@@ -15,9 +15,9 @@ class Replay:
         with tf.device(self._worker_host):
             self._local_version = self._local_variable(0, tf.int64, "tlc_local_version")
             self._local_version_read = self._local_version.read_value()
-            self._bytes_pushed = self._local_variable(0, tf.int64, "tlc_bytes_pushed")
-            self._bytes_pulled = self._local_variable(0, tf.int64, "tlc_bytes_pulled")
-            self._worker_steps = self._local_variable(0, tf.int64, "tlc_worker_steps")
+            self._bytes_pushed = self._persistent_variable(0, tf.int64, "tlc_bytes_pushed")
+            self._bytes_pulled = self._persistent_variable(0, tf.int64, "tlc_bytes_pulled")
+            self._worker_steps = self._persistent_variable(0, tf.int64, "tlc_worker_steps")
             self._float32_bytes_per_step = tf.constant(
                 4 * sum(e.num_elements for e in self._entries), tf.int64)
         with tf.control_dependencies([got_token]):

@@ -9,6 +9,7 @@ from tlc.optimizer.full_sync import FullSync
 from tlc.optimizer.hook import SyncReplicasHook
 from tlc.optimizer.pull_log import PullLog
 from tlc.optimizer.push import Push
+from tlc.optimizer.recovery import Recovery
 from tlc.optimizer.replay import Replay
 
 DEFAULT_COMPRESS_THRESHOLD = 1024  # elements; batch-norm-sized tensors stay float32
@@ -25,7 +26,7 @@ def _as_compressor(value, what):
     return value
 
 
-class SyncReplicasOptimizer(Push, Aggregation, PullLog, Replay, FullSync,
+class SyncReplicasOptimizer(Push, Aggregation, PullLog, Replay, FullSync, Recovery,
                             tf.compat.v1.train.Optimizer):
     """tf.compat.v1.train.SyncReplicasOptimizer with gradient and model compression."""
 
@@ -96,6 +97,7 @@ class SyncReplicasOptimizer(Push, Aggregation, PullLog, Replay, FullSync,
         self._build_full_sync()
         self._build_consistency_check()
         self._build_init_ops()
+        self._build_recovery()
         self._gradients_applied = True
         return train_op
 

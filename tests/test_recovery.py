@@ -1,0 +1,42 @@
+"""A parameter server killed and restarted with no checkpoint: the chief
+puts its own local copy back on the PS and training goes on from there."""
+import re
+
+from test_faults import BASE_FLAGS, Cluster, chief_step, wait_for
+
+
+def log_text(cluster, name):
+    with open(f"{cluster.logdir}/{name}.log", encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def test_ps_killed_without_checkpoint_recovers_from_the_chief_copy(tmp_path):
+    steps = 300
+    c = Cluster(tmp_path, 2, BASE_FLAGS + [f"--steps={steps}"])
+    c.start()
+    try:
+        wait_for(lambda: chief_step(c.logdir) >= 100, 900, "step 100")
+        c.kill("ps", 0)
+        killed_at = chief_step(c.logdir)
+        c.restart("ps", 0)
+        for index in range(2):
+            assert c.launcher.procs[("worker", index)].wait(timeout=900) == 0, \
+                log_text(c, f"worker{index}")[-3000:]
+    finally:
+        c.launcher.stop()
+    chief_log = log_text(c, "worker0")
+    restored = re.search(r"model restored at step (\d+) from the chief's local copy", chief_log)
+    assert restored, chief_log[-3000:]
+    assert int(restored.group(1)) >= killed_at
+    assert "optimizer slots restarted at zero" in chief_log
+    # The progress never goes back: every printed step is larger than the last.
+    printed = [int(s) for s in re.findall(r"^step\s+(\d+)/", chief_log, re.M)]
+    assert printed == sorted(printed), printed
+    for index in range(2):
+        report = c.report(index)
+        assert report["global_step"] >= steps - 1
+        assert report["local_copy_check"]["equal"] in (True, None), report["local_copy_check"]
+    chief = c.report(0)
+    assert chief["global_step"] == steps
+    assert chief["worker_steps"] >= steps - 5  # counters kept across the new session
+    assert chief["test_accuracy"] > 0.7

@@ -1,0 +1,131 @@
+"""Keeping the model when parameter servers restart.
+
+Every worker holds a copy of the model (bit-identical to the PS's shadow for
+compressed tensors) and knows its version. When the chief (re)creates its
+session and finds the PS's variables uninitialised, it restores them from the
+newest source: the latest checkpoint, or its own local copy (pushed back to
+the PS as master and shadow; optimizer slots then restart at zero). A PS that
+still holds its model keeps it. Only a cluster that never trained starts from
+a fresh initialisation; a worker that sees the model go back tells how many
+steps were lost, and stops if the model went back to step 0.
+
+Traffic counters live outside the local-variable collection, so a re-created
+session does not reset them.
+"""
+import tensorflow as tf
+from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=no-name-in-module
+
+from tlc import session as tlc_session
+
+PERSISTENT = "tlc_persistent_local_variables"  # initialised once per process
+
+
+class ModelLostError(RuntimeError):
+    """The PS's model went back to its initial values after training began."""
+
+
+def checkpoint_step(path):
+    """Global step saved in a checkpoint, or None."""
+    try:
+        return int(tf.train.load_variable(path, "global_step"))
+    except (tf.errors.OpError, ValueError):
+        return None
+
+
+def check_not_behind(seen, now, who):
+    """Raises if the model went back to step 0; tells of any other step lost."""
+    if now >= seen:
+        return
+    if now == 0:
+        raise ModelLostError(
+            f"the parameter servers lost the model: it went back from step {seen} to "
+            f"step 0 ({seen} steps lost) and neither a checkpoint nor a worker's copy restored it")
+    print(f"tlc: {who}: the model went back from step {seen} to step {now}: "
+          f"{seen - now} steps lost", flush=True)
+
+
+class Recovery:
+    """Mixin of SyncReplicasOptimizer."""
+
+    @staticmethod
+    def _persistent_variable(value, dtype, name):
+        """A worker-local variable that survives session re-creation."""
+        return tf.compat.v1.Variable(tf.constant(value, dtype), trainable=False, name=name,
+                                     use_resource=True, collections=[PERSISTENT])
+
+    def _build_recovery(self):
+        gs = self._global_step
+        with tf.device(self._worker_host):
+            persistent = tf.compat.v1.get_collection(PERSISTENT)
+            self._persistent_uninitialised = tf.compat.v1.report_uninitialized_variables(
+                persistent)
+            self._persistent_init = tf.compat.v1.variables_initializer(persistent)
+            self._local_version_unset = tf.logical_not(
+                tf.compat.v1.is_variable_initialized(self._local_version))
+            version = self._local_version.read_value()
+        restore, donated = [], set()
+        for entry in self._entries:
+            if not entry.has_local_copy:
+                continue
+            value = entry.local.read_value()
+            with tf.device(entry.master.device):
+                for target in (entry.master, entry.shadow):
+                    if target is not None:
+                        restore.append(target.assign(value, read_value=False))
+                        donated.add(target.name)
+        num_compressed = sum(1 for e in self._entries if e.compressed and e.has_local_copy)
+        with tf.device(gs.device):
+            step = tf.cast(version, gs.dtype.base_dtype)
+            restore += [gs.assign(step, read_value=False),
+                        self._pull_begin.assign(step, read_value=False),
+                        self._shadow_ready.assign(True, read_value=False),
+                        # One pull compression per compressed variable per step.
+                        self._pull_compressions.assign(version * num_compressed,
+                                                       read_value=False)]
+        donated |= {v.name for v in (gs, self._pull_begin, self._shadow_ready,
+                                     self._pull_compressions)}
+        rest = [v for v in tf.compat.v1.global_variables() if v.name not in donated]
+        self._restarted_fresh = sorted(v.op.name for v in rest)
+        self._restore_from_local = tf.group(*restore, tf.compat.v1.variables_initializer(rest))
+        self._server_uninitialised = tf.compat.v1.report_uninitialized_variables(
+            tf.compat.v1.global_variables())
+        self._version_read_for_recovery = version
+        tlc_session.register_restorer(self)
+
+    def init_persistent(self, session):
+        """Initialises the counters once per process (a new session keeps them)."""
+        if len(session.run(self._persistent_uninitialised)):
+            session.run(self._persistent_init)
+
+    def _local_version_now(self, session):
+        """This worker's model version, or 0 if it holds none (new process or
+        local variables just re-initialised)."""
+        if session.run(self._local_version_unset):
+            return 0
+        return int(session.run(self._version_read_for_recovery))
+
+    def restore_model(self, session, saver, checkpoint_dir):
+        """Chief, on session creation: puts the newest model on the PS. True if
+        the model is in place, False if it is to be initialised fresh."""
+        if not len(session.run(self._server_uninitialised)):
+            return True  # the PS kept its model (only this session was re-created)
+        local = self._local_version_now(session)
+        path = checkpoint_management.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
+        saved = checkpoint_step(path) if path else None
+        if local > 0 and local > (saved or 0):
+            session.run(self._restore_from_local)
+            print(f"tlc: parameter servers were restarted: model restored at step {local} from "
+                  f"the chief's local copy (newer than "
+                  f"{'checkpoint step %d' % saved if saved is not None else 'any checkpoint'}); "
+                  f"optimizer slots restarted at zero "
+                  f"({len(self._restarted_fresh)} variables re-initialised)", flush=True)
+            return True
+        if path and saver is not None:
+            saver.restore(session, path)
+            saver.recover_last_checkpoints(
+                checkpoint_management.get_checkpoint_state(checkpoint_dir)
+                .all_model_checkpoint_paths)
+            print(f"tlc: model restored at step {saved} from checkpoint {path} "
+                  f"(optimizer slots from the checkpoint)", flush=True)
+            return True
+        return False
