@@ -6,12 +6,14 @@ the chief. The launcher starts every task on this machine (optionally inside
 network namespaces), writes one log per task, and stops them all on exit,
 error or Ctrl-C.
 """
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -80,6 +82,16 @@ def from_tf_config(text):
     return cluster, job, index
 
 
+def check_writable(logdir):
+    """One clear line, before anything starts, if the run directory is not writable."""
+    try:
+        os.makedirs(logdir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=logdir):
+            pass
+    except OSError as e:
+        raise SystemExit(f"tlc: cannot write to --logdir={logdir}: {e.strerror}") from None
+
+
 def free_ports(count, host="127.0.0.1"):
     sockets = []
     try:
@@ -120,14 +132,22 @@ class Launcher:
         self.echo_chief = echo_chief
         self.procs = {}
         self.exit_times = {}  # task -> when its output closed (it exited)
+        self.stopped = set()  # tasks this launcher had to stop
         self._threads = []
 
     def _pump(self, task, proc, log, echo):
         """Copies a task's output to its log (and the chief's to our stdout)."""
-        with log:
+        with contextlib.ExitStack() as closing:
+            closing.callback(_close_quietly, log)
             for line in iter(proc.stdout.readline, b""):
-                log.write(line)
-                log.flush()
+                if log is not None:
+                    try:
+                        log.write(line)
+                        log.flush()
+                    except OSError as e:  # disk full: keep reading, or the task blocks
+                        print(f"tlc: cannot write {log.name}: {e.strerror}; its output is "
+                              "no longer logged", file=sys.stderr, flush=True)
+                        log = None
                 if echo and not _is_tf_noise(line):
                     sys.stdout.write(line.decode(errors="replace"))
                     sys.stdout.flush()
@@ -152,27 +172,29 @@ class Launcher:
             self._threads.append(thread)
             self.procs[(job, index)] = proc
 
-    def wait(self, timeout=None, ps_grace=5.0, fail_grace=5.0):
+    def wait(self, timeout=None, ps_grace=5.0, fail_grace=5.0, spare_workers=0):
         """Waits for the workers, then gives parameter servers ps_grace seconds.
 
-        If a task fails, the others get fail_grace seconds (they may be
-        finishing cleanly) and are then stopped. Returns {task: exit code};
-        any task still running at the end is killed.
+        Up to `spare_workers` failed workers other than the chief (backup
+        workers) do not stop the others. Beyond that, or if a PS or the chief
+        fails, the others get fail_grace seconds (they may be finishing
+        cleanly) and are then stopped. Returns {task: exit code}; any task
+        still running at the end is killed (and listed in self.stopped).
         """
         deadline = None if timeout is None else time.time() + timeout
         workers = [p for (job, _), p in self.procs.items() if job == "worker"]
         try:
             failed_at = None
             while any(p.poll() is None for p in workers):
-                if any(p.poll() not in (None, 0) for p in self.procs.values()):
+                if self._fatal_failure(spare_workers):
                     failed_at = failed_at or time.time()
                     if time.time() - failed_at > fail_grace:
                         break
                 if deadline is not None and time.time() > deadline:
                     break
                 time.sleep(0.1)
-            if any(p.returncode not in (None, 0) for p in workers):
-                ps_grace = 0.0  # a worker failed: nobody will release the PS
+            if self._fatal_failure(spare_workers):
+                ps_grace = 0.0  # nobody will release the PS
             end = time.time() + ps_grace
             for (job, _), proc in self.procs.items():
                 if job == "ps":
@@ -184,10 +206,18 @@ class Launcher:
             self.stop()
         return {task: proc.returncode for task, proc in self.procs.items()}
 
+    def _fatal_failure(self, spare_workers):
+        """A failed PS or chief, or more failed workers than there are spares."""
+        failed = [task for task, p in self.procs.items() if p.poll() not in (None, 0)]
+        workers = [index for job, index in failed if job == "worker"]
+        return (len(failed) > len(workers) or 0 in workers
+                or len(workers) > spare_workers)
+
     def stop(self, grace=3.0):
         """SIGTERM to every task's process group, SIGKILL after `grace` seconds."""
-        for proc in self.procs.values():
+        for task, proc in self.procs.items():
             if proc.poll() is None:
+                self.stopped.add(task)
                 _signal_group(proc, signal.SIGTERM)
         end = time.time() + grace
         for proc in self.procs.values():
@@ -215,6 +245,13 @@ class Launcher:
     def _on_signal(self, signum, _frame):
         self.stop()
         raise SystemExit(128 + signum)
+
+
+def _close_quietly(file):
+    try:
+        file.close()
+    except OSError:
+        pass  # disk full: what could be written has been
 
 
 def _task_env():

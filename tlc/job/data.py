@@ -122,15 +122,11 @@ def _fashion_mnist_dir(path):
 _FASHION_SPLITS = (("train", "train"), ("test", "t10k"))
 
 
-def load_fashion_mnist(path=None):
-    """(train_x, train_y, test_x, test_y): float32 [N, 28, 28, 1] in [0, 1], int64 labels.
-
-    Reads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `path`
-    (default: where Debian's dataset-fashion-mnist installs them). The result
-    is a Dataset, which unpacks as that 4-tuple.
-    """
+def _read_fashion_mnist(path):
+    """[(split, uint8 images [N, 28, 28], uint8 labels [N])], every byte read and checked
+    (gzip CRC and length, IDX sizes, label range)."""
     path = _fashion_mnist_dir(path)
-    parts = []
+    splits = []
     for split, prefix in _FASHION_SPLITS:
         images = read_idx(os.path.join(path, f"{prefix}-images-idx3-ubyte"), 3)
         labels = read_idx(os.path.join(path, f"{prefix}-labels-idx1-ubyte"), 1)
@@ -140,6 +136,19 @@ def load_fashion_mnist(path=None):
         if len(images) != len(labels):
             raise DatasetError(f"{path}: {len(images)} {split} images but {len(labels)} labels")
         _check_labels(labels, 10, f"{path} ({split})")
+        splits.append((split, images, labels))
+    return splits
+
+
+def load_fashion_mnist(path=None):
+    """(train_x, train_y, test_x, test_y): float32 [N, 28, 28, 1] in [0, 1], int64 labels.
+
+    Reads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `path`
+    (default: where Debian's dataset-fashion-mnist installs them). The result
+    is a Dataset, which unpacks as that 4-tuple.
+    """
+    parts = []
+    for _, images, labels in _read_fashion_mnist(path):
         x = images.astype(np.float32)
         x /= 255.0  # in place: no float64 temporary
         parts += [x[..., None], labels.astype(np.int64)]
@@ -147,16 +156,8 @@ def load_fashion_mnist(path=None):
 
 
 def _check_fashion_mnist(path):
-    """Headers only: cheap enough for a launcher to run before starting tasks."""
-    path = _fashion_mnist_dir(path)
-    for split, prefix in _FASHION_SPLITS:
-        counts = []
-        for kind, ndims in (("images-idx3", 3), ("labels-idx1", 1)):
-            file = _find(os.path.join(path, f"{prefix}-{kind}-ubyte"))
-            with _open(file) as f:
-                counts.append(_idx_shape(f, file, ndims)[0])
-        if counts[0] != counts[1]:
-            raise DatasetError(f"{path}: {counts[0]} {split} images but {counts[1]} labels")
+    """Everything load() checks (a second or so): a launcher runs it before starting tasks."""
+    _read_fashion_mnist(path)
 
 
 # ---------------------------------------------------------------- CIFAR-10
@@ -238,9 +239,15 @@ def load_cifar10(path=None):
 
 
 def _check_cifar10(path):
+    """Sizes and every label byte, without building the float arrays."""
     path = _cifar10_dir(path)
     for f in CIFAR_TRAIN_FILES + (CIFAR_TEST_FILE,):
-        _cifar_records(os.path.join(path, f))
+        file = os.path.join(path, f)
+        count = _cifar_records(file)
+        records = np.fromfile(file, np.uint8)
+        if records.size != count * CIFAR_RECORD:
+            raise DatasetError(f"{file}: changed size while being read")
+        _check_labels(records.reshape(count, CIFAR_RECORD)[:, 0], 10, file)
 
 
 # ---------------------------------------------------------------- registry
@@ -274,8 +281,8 @@ def load(name, path=None):
 
 
 def check_available(name, path=None):
-    """Fails early with the loader's message if the files are missing or have bad
-    headers or sizes; does not read every byte (load() still validates fully)."""
+    """Fails early with the loader's message if the files are missing or malformed:
+    reads every byte as load() does (gzip CRC, sizes, labels), in about a second."""
     info(name).check(path)
 
 

@@ -2,6 +2,7 @@
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -57,22 +58,28 @@ def default_logdir():
 
 
 def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=None,
-              rate_changes=None):
+              rate_changes=None, failed=None):
     """Combines the workers' reports into one summary (also written to summary.json)."""
-    reports = []
+    reports, unreadable = [], {}
     for index in range(len(spec["worker"])):
         path = os.path.join(logdir, f"worker{index}.json")
         if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                reports.append(json.load(f))
+            try:
+                with open(path, encoding="utf-8") as f:
+                    reports.append(json.load(f))
+            except (OSError, ValueError) as e:  # e.g. cut short by a full disk
+                unreadable[f"worker{index}"] = str(e)
     pushed = sum(r["bytes_pushed"] for r in reports)
     pulled = sum(r["bytes_pulled"] for r in reports)
     worker_steps = sum(r["worker_steps"] for r in reports)
     float32 = sum(r["float32_bytes_per_step"] * r["worker_steps"] for r in reports)
     chief = next((r for r in reports if r["task"] == 0), {})
     summary = {
-        "ok": all(c == 0 for c in codes.values()) and len(reports) == len(spec["worker"]),
+        "ok": (not failed if failed is not None else all(c == 0 for c in codes.values()))
+              and bool(chief) and not unreadable,
         "exit_codes": {f"{job}{index}": c for (job, index), c in codes.items()},
+        "failed_tasks": failed if failed is not None else
+                        {f"{job}{index}": c for (job, index), c in codes.items() if c != 0},
         "model": chief.get("model"),
         "compressor": chief.get("compressor"),
         "global_step": chief.get("global_step"),
@@ -95,45 +102,95 @@ def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=Non
         summary["wire_bytes"] = wire_bytes
     if rate_changes:
         summary["rate_changes"] = rate_changes
+    if unreadable:
+        summary["unreadable_reports"] = unreadable
     if exit_times and reports:
         # Shutdown time: from the moment the last worker finished its work
         # (training, final checks, evaluation) to the last process exit.
         done = max(r["work_done_time"] for r in reports)
         summary["exit_seconds_after_work"] = round(max(exit_times.values()) - done, 2)
-    with open(os.path.join(logdir, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=1)
+    try:
+        with open(os.path.join(logdir, "summary.json"), "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=1)
+    except OSError as e:
+        print(f"tlc: cannot write {os.path.join(logdir, 'summary.json')}: {e.strerror}",
+              file=sys.stderr, flush=True)
     return summary
 
 
+def failed_tasks(codes, stopped, spare_workers):
+    """{name: exit code} of the tasks that really failed, and the names of
+    backup workers lost along the way. A PS this launcher stopped once every
+    worker had ended is not a failure (it waits for the lost workers)."""
+    workers = {index: c for (job, index), c in codes.items() if job == "worker"}
+    dead = sorted(i for i, c in workers.items() if c != 0)
+    spared = dead if 0 not in dead and len(dead) <= spare_workers else []
+    workers_ok = len(dead) == len(spared) and all(c is not None for c in workers.values())
+    failed = {}
+    for (job, index), code in codes.items():
+        if code == 0 or (job == "worker" and index in spared):
+            continue
+        if job == "ps" and workers_ok and (job, index) in stopped:
+            continue
+        failed[f"{job}{index}"] = code
+    return failed, [f"worker{i}" for i in spared]
+
+
+class AtStep(int):
+    """A rate change due when the chief has printed this step ('@30:10mbit')."""
+
+
 def parse_rate_changes(text):
-    """'60:10mbit,120:1gbit' -> [(60.0, '10mbit'), (120.0, '1gbit')], checked."""
+    """'60:10mbit,120:1gbit' -> [(60.0, '10mbit'), (120.0, '1gbit')] (seconds after
+    launch), or '@30:10mbit' -> [(AtStep(30), '10mbit')] (chief's step); checked."""
     from tlc.job import netem  # pylint: disable=import-outside-toplevel
     changes = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         when, sep, rate = item.partition(":")
         try:
-            seconds = float(when)
+            trigger = AtStep(when[1:]) if when.startswith("@") else float(when)
         except ValueError:
-            seconds = -1.0
-        if not sep or not seconds >= 0:
-            raise ValueError(f"expected seconds:rate (e.g. 60:10mbit), got {item!r}")
+            trigger = -1.0
+        if not sep or not trigger >= 0:
+            raise ValueError(f"expected seconds:rate or @step:rate (e.g. 60:10mbit), got {item!r}")
         netem.parse_rate(rate)  # raises ValueError on a bad rate
-        changes.append((seconds, rate))
+        changes.append((trigger, rate))
+    if len({isinstance(t, AtStep) for t, _ in changes}) > 1:
+        raise ValueError("give every change in seconds or every change as @step, not both")
     return sorted(changes)
 
 
-def _schedule_rate_changes(net, text, start, done):
-    """Changes the links' rate at the given times, appending (time, rate) to
-    `done`; returns a stop function."""
+def printed_step(logdir):
+    """The last step the chief has printed in its log (0 if none yet)."""
+    try:
+        with open(os.path.join(logdir, "worker0.log"), encoding="utf-8", errors="replace") as f:
+            steps = re.findall(r"^step\s+(\d+)/", f.read(), re.M)
+    except FileNotFoundError:
+        return 0
+    return int(steps[-1]) if steps else 0
+
+
+def _schedule_rate_changes(net, text, start, done, logdir):
+    """Changes the links' rate at the given times or chief steps, appending
+    {time, step, rate} to `done`; returns a stop function."""
     stop = threading.Event()
 
+    def due(trigger):  # waits; False if stopped first
+        if isinstance(trigger, AtStep):
+            while printed_step(logdir) < trigger:
+                if stop.wait(0.2):
+                    return False
+            return True
+        return not stop.wait(max(0.0, start + trigger - time.time()))
+
     def run():
-        for seconds, rate in parse_rate_changes(text):
-            if stop.wait(max(0.0, start + seconds - time.time())):
+        for trigger, rate in parse_rate_changes(text):
+            if not due(trigger):
                 return
             net.set_rate(rate)
-            done.append({"time": time.time(), "rate": rate})
-            print(f"tlc: link rate set to {rate} at {time.time() - start:.1f} s", flush=True)
+            done.append({"time": time.time(), "step": printed_step(logdir), "rate": rate})
+            print(f"tlc: link rate set to {rate} at {time.time() - start:.1f} s "
+                  f"(step {done[-1]['step']})", flush=True)
 
     thread = threading.Thread(target=run, name="tlc-rate-changes", daemon=True)
     thread.start()
@@ -161,9 +218,12 @@ def launch(flags, argv=None, spec=None):
     # The data must be there before any process starts: fail once, clearly,
     # before anything is written.
     from tlc.job import data  # pylint: disable=import-outside-toplevel
-    data.check_available(flags.dataset, flags.data_dir)
+    try:
+        data.check_available(flags.dataset, flags.data_dir)
+    except data.DatasetError as e:
+        raise SystemExit(f"tlc: {e}") from None
     logdir = flags.logdir or default_logdir()
-    os.makedirs(logdir, exist_ok=True)
+    cl.check_writable(logdir)
     if spec is not None and flags.netem_rate:
         raise SystemExit("--netem_rate makes its own addresses; do not combine it with --cluster")
     num_tasks = flags.num_ps + flags.num_workers if spec is None else len(cl.tasks(spec))
@@ -178,22 +238,27 @@ def launch(flags, argv=None, spec=None):
               f"({flags.compressor}, {flags.dataset}); logs in {logdir}", flush=True)
         start = time.time()
         rate_changes = []
-        stop_changes = (_schedule_rate_changes(net, flags.netem_rate_changes, start, rate_changes)
+        stop_changes = (_schedule_rate_changes(net, flags.netem_rate_changes, start, rate_changes,
+                                              logdir)
                         if net is not None and flags.netem_rate_changes else lambda: None)
         try:
             with cl.Launcher(spec, lambda job, index: task_command(spec, job, index, logdir, argv),
                              logdir, prefix=prefix) as launcher:
-                codes = launcher.wait(timeout=flags.timeout)
+                codes = launcher.wait(timeout=flags.timeout, spare_workers=flags.backup_workers)
         finally:
             stop_changes()
         wire = None
         if net is not None:  # counted by the kernel on each task's link
             wire = {f"{job}{index}": net.counters(i) for i, (job, index) in enumerate(order)}
+        failed, spared = failed_tasks(codes, launcher.stopped, flags.backup_workers)
         summary = summarize(logdir, spec, codes, time.time() - start, launcher.exit_times, wire,
-                            rate_changes)
+                            rate_changes, failed)
     print(json.dumps(summary, indent=1), flush=True)
+    for name in spared:
+        print(f"tlc: {name} ended with exit code {summary['exit_codes'][name]}; training went on "
+              f"without it (--backup_workers={flags.backup_workers})", file=sys.stderr)
     if not summary["ok"]:
-        failed = [t for t, c in summary["exit_codes"].items() if c != 0]
-        print(f"tlc: tasks {failed} failed; see their logs in {logdir}", file=sys.stderr)
+        listed = ", ".join(f"{t} (exit {c})" for t, c in failed.items()) or "none"
+        print(f"tlc: failed tasks: {listed}; see their logs in {logdir}", file=sys.stderr)
         return 1
     return 0

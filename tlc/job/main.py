@@ -31,7 +31,8 @@ flags.DEFINE_integer("backup_workers", 0, "Workers whose gradients are not waite
 flags.DEFINE_string("netem_rate", None, "Run the local cluster in network namespaces with this "
                     "rate limit per task and direction (e.g. 10mbit, or unlimited); needs root.")
 flags.DEFINE_string("netem_rate_changes", None, "With --netem_rate: change every link's rate "
-                    "during the run, e.g. '60:10mbit,120:100mbit' (seconds after launch:rate).")
+                    "during the run, e.g. '60:10mbit,120:100mbit' (seconds after launch:rate) or "
+                    "'@300:10mbit' (when the chief reaches step 300).")
 flags.DEFINE_string("netem_delay", None, "Extra one-way delay with --netem_rate (e.g. 1ms).")
 # Model and data.
 flags.DEFINE_string("dataset", "fashion_mnist", "fashion_mnist or cifar10.")

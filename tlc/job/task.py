@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tlc import compressors, moments, replica
 from tlc.job import autotune, data, models, watchdog
+from tlc.job import cluster as cl
 from tlc.optimizer import SyncReplicasOptimizer
 from tlc.optimizer.recovery import ModelLostError
 from tlc.session import CheckpointError, training_session
@@ -36,6 +37,8 @@ def run(spec, job, index, flags):
         return 1
     if job == "ps":
         return _run_ps(server, spec, index, config)
+    if flags.logdir:
+        cl.check_writable(flags.logdir)
     watchdog.Watchdog(f"worker {index}", {f"ps{i}": a for i, a in enumerate(spec["ps"])},
                       flags.unreachable_timeout).start()
     try:
@@ -256,8 +259,14 @@ def _run_worker(server, cluster, spec, index, config, flags):
                   flush=True)
     if writer is not None:
         writer.close()
-    with open(os.path.join(logdir, f"worker{index}.json"), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=1)
+    path = os.path.join(logdir, f"worker{index}.json")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=1)
+    except OSError as e:
+        print(f"worker {index}: trained to step {summary['global_step']} but cannot write its "
+              f"report {path}: {e.strerror}", flush=True)
+        return 1
     return 0
 
 
