@@ -94,6 +94,9 @@ def test_fashion_mnist_corrupt_gzip(tmp_path):
     path.write_bytes(good[:-8] + bytes(8))  # wrong CRC and length trailer
     with pytest.raises(data.DatasetError, match="corrupt gzip"):
         data.load_fashion_mnist(str(tmp_path))
+    # The launcher's check before any task starts finds it too (headers are fine).
+    with pytest.raises(data.DatasetError, match="corrupt gzip"):
+        data.check_available("fashion_mnist", str(tmp_path))
 
 
 def test_fashion_mnist_missing(tmp_path):
@@ -182,9 +185,8 @@ def test_cifar10_malformed_batch(tmp_path, content, message):
     (tmp_path / "data_batch_3.bin").write_bytes(content)
     with pytest.raises(data.DatasetError, match=message):
         data.load_cifar10(str(tmp_path))
-    if "label" not in message:  # sizes are what the cheap check looks at
-        with pytest.raises(data.DatasetError, match=message):
-            data.check_available("cifar10", str(tmp_path))
+    with pytest.raises(data.DatasetError, match=message):  # labels too, before any task
+        data.check_available("cifar10", str(tmp_path))
 
 
 def test_cifar10_missing(tmp_path):

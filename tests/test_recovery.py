@@ -32,6 +32,9 @@ def test_ps_killed_without_checkpoint_recovers_from_the_chief_copy(tmp_path):
     # The progress never goes back: every printed step is larger than the last.
     printed = [int(s) for s in re.findall(r"^step\s+(\d+)/", chief_log, re.M)]
     assert printed == sorted(printed), printed
+    # Traffic counters went on across the new session: no negative bytes per step.
+    pushed = [float(s) for s in re.findall(r"push\s+(-?[\d.]+) KiB/step", chief_log)]
+    assert pushed and min(pushed) > 0, pushed
     for index in range(2):
         report = c.report(index)
         assert report["global_step"] >= steps - 1
@@ -40,3 +43,25 @@ def test_ps_killed_without_checkpoint_recovers_from_the_chief_copy(tmp_path):
     assert chief["global_step"] == steps
     assert chief["worker_steps"] >= steps - 5  # counters kept across the new session
     assert chief["test_accuracy"] > 0.7
+
+
+def test_model_lost_with_the_chief_stops_the_other_worker_naming_the_steps(tmp_path):
+    # PS and chief die together: no live copy reaches the new PS and the only
+    # checkpoint is the initial one. Worker 1 still holds step >= 30 and must
+    # not train on silently from step 0.
+    c = Cluster(tmp_path, 2, BASE_FLAGS + ["--steps=400"])
+    c.start()
+    try:
+        wait_for(lambda: chief_step(c.logdir) >= 30, 900, "step 30")
+        c.kill("worker", 0)
+        c.kill("ps", 0)
+        killed_at = chief_step(c.logdir)
+        c.restart("ps", 0)
+        c.restart("worker", 0)
+        assert c.launcher.procs[("worker", 1)].wait(timeout=900) != 0
+    finally:
+        c.launcher.stop()
+    lost = re.search(r"worker 1: the parameter servers lost the model: it went back from step "
+                     r"(\d+) to step 0 \(\1 steps lost\)", log_text(c, "worker1"))
+    assert lost, log_text(c, "worker1")[-3000:]
+    assert int(lost.group(1)) >= killed_at

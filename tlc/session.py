@@ -2,8 +2,10 @@
 
 tf.compat.v1.train.MonitoredTrainingSession makes non-chief workers poll for
 the chief's initialisation every 30 s and waits up to 120 s for threads at
-the end; here both are short. Checkpoints are saved and restored by the chief
-as usual.
+the end; here both are short. The chief saves checkpoints at the start, the
+end and every so many steps / seconds (a checkpoint becomes "latest" only once
+complete), and on session creation puts the newest model on the parameter
+servers (a checkpoint or its own local copy, see tlc.optimizer.recovery).
 """
 import os
 import time

@@ -92,6 +92,22 @@ def check_writable(logdir):
         raise SystemExit(f"tlc: cannot write to --logdir={logdir}: {e.strerror}") from None
 
 
+def write_json(path, value):
+    """Writes a whole file or none (a full disk leaves no truncated JSON);
+    True if written, else says why on stderr."""
+    partial = path + ".partial"
+    try:
+        with open(partial, "w", encoding="utf-8") as f:
+            json.dump(value, f, indent=1)
+        os.replace(partial, path)
+        return True
+    except OSError as e:
+        print(f"tlc: cannot write {path}: {e.strerror}", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):
+            os.remove(partial)
+        return False
+
+
 def free_ports(count, host="127.0.0.1"):
     sockets = []
     try:

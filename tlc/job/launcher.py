@@ -109,12 +109,7 @@ def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=Non
         # (training, final checks, evaluation) to the last process exit.
         done = max(r["work_done_time"] for r in reports)
         summary["exit_seconds_after_work"] = round(max(exit_times.values()) - done, 2)
-    try:
-        with open(os.path.join(logdir, "summary.json"), "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=1)
-    except OSError as e:
-        print(f"tlc: cannot write {os.path.join(logdir, 'summary.json')}: {e.strerror}",
-              file=sys.stderr, flush=True)
+    cl.write_json(os.path.join(logdir, "summary.json"), summary)
     return summary
 
 

@@ -1,6 +1,5 @@
 """One task of a training cluster: a parameter server or a worker."""
 import errno
-import json
 import os
 import socket
 import time
@@ -259,13 +258,9 @@ def _run_worker(server, cluster, spec, index, config, flags):
                   flush=True)
     if writer is not None:
         writer.close()
-    path = os.path.join(logdir, f"worker{index}.json")
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=1)
-    except OSError as e:
-        print(f"worker {index}: trained to step {summary['global_step']} but cannot write its "
-              f"report {path}: {e.strerror}", flush=True)
+    if not cl.write_json(os.path.join(logdir, f"worker{index}.json"), summary):
+        print(f"worker {index}: trained to step {summary['global_step']} but its report is "
+              "lost (see the line above)", flush=True)
         return 1
     return 0
 

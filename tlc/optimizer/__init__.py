@@ -20,7 +20,8 @@ The pieces, one module each: push.py (worker compress -> PS accumulator),
 aggregation.py (chief update, tokens), pull_log.py (compress the model delta
 once, log it), replay.py (worker applies logged deltas), full_sync.py
 (full-precision copy and consistency check), hook.py (session start-up and
-resync), sync_replicas.py (the optimizer that puts them together).
+resync), recovery.py (the model back on a restarted PS), sync_replicas.py
+(the optimizer that puts them together).
 """
 from tlc.optimizer.sync_replicas import (  # noqa: F401
     DEFAULT_COMPRESS_THRESHOLD,
