@@ -65,3 +65,25 @@ def test_model_lost_with_the_chief_stops_the_other_worker_naming_the_steps(tmp_p
                      r"(\d+) to step 0 \(\1 steps lost\)", log_text(c, "worker1"))
     assert lost, log_text(c, "worker1")[-3000:]
     assert int(lost.group(1)) >= killed_at
+
+
+def test_restarted_chief_keeps_the_model_a_live_ps_holds(tmp_path):
+    # Without a checkpoint newer than step 0, a restarted chief used to
+    # initialise the model afresh on the live PS.
+    c = Cluster(tmp_path, 2, BASE_FLAGS + ["--steps=150"])
+    c.start()
+    try:
+        wait_for(lambda: chief_step(c.logdir) >= 30, 900, "step 30")
+        c.kill("worker", 0)
+        killed_at = chief_step(c.logdir)
+        c.restart("worker", 0)
+        for index in range(2):
+            assert c.launcher.procs[("worker", index)].wait(timeout=900) == 0, \
+                log_text(c, f"worker{index}")[-3000:]
+    finally:
+        c.launcher.stop()
+    chief = c.report(0)
+    assert chief["first_step"] >= killed_at
+    assert chief["global_step"] == 150
+    assert "went back" not in log_text(c, "worker1")
+    assert chief["local_copy_check"]["equal"] in (True, None)

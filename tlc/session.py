@@ -123,11 +123,21 @@ class CheckpointHook(tf.compat.v1.train.SessionRunHook):
                 save_relative_paths=True)
             saver._MaybeDeleteOldCheckpoints()  # pylint: disable=protected-access
         except (OSError, tf.errors.OpError) as e:
-            why = e.strerror if isinstance(e, OSError) else e.message.splitlines()[0]
+            why = e.strerror if isinstance(e, OSError) else _first_cause(e.message)
             kept = checkpoint_management.latest_checkpoint(self._dir)
             raise CheckpointError(f"cannot write checkpoint {prefix}-{step}: {why} "
                                   f"(latest complete checkpoint: {kept or 'none'})") from None
         self._saved_step, self._saved_time = step, time.time()
+
+
+def _first_cause(message):
+    """The line of a TF error message that says what went wrong (not TF's
+    "Graph execution error" banner, node traces or its OOM hint)."""
+    noise = ("Graph execution error", "Detected at node", "File ", "[[", "Node:", "Hint",
+             "Additional GRPC", "Traceback")
+    lines = [line.strip() for line in message.splitlines()]
+    useful = [line for line in lines if line and not line.startswith(noise)]
+    return useful[0] if useful else message.strip()
 
 
 def training_session(master, is_chief, hooks=(), checkpoint_dir=None, save_checkpoint_steps=None,
