@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tlc import compressors, moments, replica
 from tlc.job import autotune, data, models
+from tlc.job.flagcheck import parse_compressor_args
 from tlc.optimizer import SyncReplicasOptimizer
 from tlc.session import training_session
 
@@ -61,26 +62,6 @@ def _run_ps(server, spec, index, config):
     print(f"ps {index}: all {len(spec['worker'])} workers done", flush=True)
     time.sleep(PS_EXIT_GRACE)  # lets the last worker's "done" get its reply
     return 0
-
-
-def parse_compressor_args(text):
-    """'p=0.01,delay=2' -> {'p': 0.01, 'delay': 2} (numbers, true/false, or text)."""
-    kwargs = {}
-    for item in filter(None, (part.strip() for part in (text or "").split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--compressor_args: expected key=value, got {item!r}")
-        value = value.strip()
-        for convert in (int, float):
-            try:
-                value = convert(value)
-                break
-            except ValueError:
-                continue
-        if value in ("true", "false"):
-            value = value == "true"
-        kwargs[key.strip()] = value
-    return kwargs
 
 
 def compressor_from_flags(name, flags):
