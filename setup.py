@@ -37,17 +37,22 @@ class BuildExt(build_ext):
         self._lock = threading.Lock()
         self._current = threading.local()  # the extension a build thread is building
         self.compiler.compile = self._compile_in_parallel
+        # The op library's files first: its TensorFlow-heavy ones take longest.
+        order = sorted(self.extensions, key=lambda e: e.name != OPS_LIBRARY)
+        self._order = [e.name for e in order]
+        self._queued = {name: threading.Event() for name in self._order}  # its objects are queued
         with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as objects, \
-                concurrent.futures.ThreadPoolExecutor(len(self.extensions)) as extensions:
+                concurrent.futures.ThreadPoolExecutor(len(order)) as extensions:
             self._objects = objects
-            # The op library first: its TensorFlow-heavy files take longest.
-            first = sorted(self.extensions, key=lambda e: e.name != OPS_LIBRARY)
-            for future in [extensions.submit(self.build_extension, e) for e in first]:
+            for future in [extensions.submit(self.build_extension, e) for e in order]:
                 future.result()  # raises the first build error
 
     def build_extension(self, ext):
         self._current.name = ext.name
-        super().build_extension(ext)
+        try:
+            super().build_extension(ext)
+        finally:
+            self._queued[ext.name].set()  # the next extension never waits for a failed one
 
     def _compile_in_parallel(self, sources, output_dir=None, macros=None, include_dirs=None,
                              debug=0, extra_preargs=None, extra_postargs=None, depends=None):
@@ -69,7 +74,15 @@ class BuildExt(build_ext):
                       file=sys.stderr, flush=True)
             cc._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)  # pylint: disable=protected-access
 
-        list(self._objects.map(compile_one, [obj for obj in objects if obj in build]))
+        position = self._order.index(name)
+        if position > 0:  # queue after the extension before it
+            self._queued[self._order[position - 1]].wait()
+        todo = sorted((obj for obj in objects if obj in build),  # TensorFlow's headers first
+                      key=lambda obj: not build[obj][0].startswith("custom_ops/tf/"))
+        futures = [self._objects.submit(compile_one, obj) for obj in todo]
+        self._queued[name].set()
+        for future in futures:
+            future.result()
         return objects
 
     def _set_flags(self):

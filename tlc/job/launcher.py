@@ -191,7 +191,8 @@ def launch(flags, argv=None, spec=None):
             wire = {f"{job}{index}": net.counters(i) for i, (job, index) in enumerate(order)}
         summary = summarize(logdir, spec, codes, time.time() - start, launcher.exit_times, wire,
                             rate_changes)
-    print(json.dumps(summary, indent=1), flush=True)
+    from tlc.job import report  # pylint: disable=import-outside-toplevel
+    print(report.finish(summary, logdir), flush=True)  # the full record is summary.json
     if not summary["ok"]:
         failed = [t for t, c in summary["exit_codes"].items() if c != 0]
         print(f"tlc: tasks {failed} failed; see their logs in {logdir}", file=sys.stderr)
