@@ -1,18 +1,34 @@
 #!/usr/bin/env bash
-# Installs what tlc needs and builds it in place; quick when already done.
-# Prints the Python interpreter to use on its last line.
+# Installs what tlc needs and builds it in place. When nothing changed it
+# only compares two stamps (no Python package is imported). Prints the Python
+# interpreter to use on its last line; everything else goes to stderr.
+#   scripts/setup.sh            packages, Debian tools, the C++ build
+#   scripts/setup.sh --python   only the interpreter and absl (for the early flag check)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { echo "setup: $*" >&2; }
 
 PY=${PYTHON:-python3}
 # Debian's own python refuses system-wide pip installs (PEP 668): use a venv.
-if "$PY" -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
+read -r managed exe < <("$PY" -c 'import os, sys, sysconfig
+print(int(os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))),
+      sys.executable)')
+if [ "$managed" = 1 ]; then
   if [ ! -x .venv/bin/python ]; then
     log "creating .venv (this python is externally managed)"
     "$PY" -m venv .venv
   fi
   PY=.venv/bin/python
+  exe=$(realpath .venv/bin/python)
+fi
+
+if [ "${1:-}" = --python ]; then
+  if ! "$PY" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("absl") is None)'; then
+    log "pip install absl-py (for the flag check)"
+    "$PY" -m pip install -q absl-py >&2
+  fi
+  echo "$PY"
+  exit 0
 fi
 
 # Debian packages: the dataset, ip/tc for slow-link runs, bazel, sanitizers.
@@ -31,20 +47,53 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
-# Python packages (pinned TF: the op library is built against it).
-if ! "$PY" -c 'import tensorflow, numpy, pybind11, absl, hypothesis, pytest, matplotlib, atheris' 2>/dev/null \
-   || [ "$("$PY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)" != "2.21.0" ]; then
-  log "pip install -r requirements.txt"
-  "$PY" -m pip install -q -r requirements.txt >&2
+# Python packages (pinned TF: the op library is built against it). The stamp
+# says `pip install -r requirements.txt` succeeded for this file and this
+# interpreter; without it, installed versions are read from package metadata.
+requirements_met() {
+  "$PY" - requirements.txt <<'EOF'
+import sys
+from importlib import metadata
+for line in open(sys.argv[1], encoding="utf-8"):
+    name, _, pin = line.split("#")[0].strip().partition("==")
+    if not name:
+        continue
+    try:
+        have = metadata.version(name.strip())
+    except metadata.PackageNotFoundError:
+        sys.exit(1)
+    if pin and have != pin.strip():
+        sys.exit(1)
+EOF
+}
+mkdir -p build
+pip_stamp=build/.tlc-pip-stamp
+pip_key="$(sha256sum requirements.txt | cut -d' ' -f1) $exe"
+if [ "$(cat $pip_stamp 2>/dev/null)" != "$pip_key" ]; then
+  if ! requirements_met; then
+    log "pip install -r requirements.txt"
+    "$PY" -m pip install -q -r requirements.txt >&2
+  fi
+  echo "$pip_key" > $pip_stamp
 fi
 
-# Build the numpy module and the TF op library when any source changed.
+# Build the numpy module and the TF op library when any source changed: all
+# object files at once, one progress line each; the compiler's output goes
+# to build/build.log (shown if the build fails).
 stamp=build/.tlc-build-stamp
-digest=$(cat setup.py $(find custom_ops -name '*.cc' -o -name '*.h' | sort) | sha256sum | cut -d' ' -f1)
+digest=$( (echo "$exe"; cat requirements.txt setup.py $(find custom_ops -name '*.cc' -o -name '*.h' | sort)) \
+  | sha256sum | cut -d' ' -f1)
 if [ ! -f tlc/_tlc_ops.so ] || ! ls tlc/_codec*.so >/dev/null 2>&1 || [ "$(cat $stamp 2>/dev/null)" != "$digest" ]; then
-  log "building custom ops"
-  mkdir -p build
-  "$PY" setup.py -q build_ext --inplace --force >&2 2>build/build.log || { cat build/build.log >&2; exit 1; }
+  log "building custom ops on $(nproc) cores"
+  set +e
+  "$PY" setup.py -q build_ext --inplace --force 2>&1 | tee build/build.log | grep --line-buffered '^setup: ' >&2
+  status=${PIPESTATUS[0]}
+  set -e
+  if [ "$status" != 0 ]; then
+    grep -v '^setup: ' build/build.log | tail -n 60 >&2
+    log "build failed (full log: build/build.log)"
+    exit 1
+  fi
   echo "$digest" > $stamp
 fi
 echo "$PY"

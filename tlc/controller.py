@@ -20,8 +20,6 @@ knob.set(session, value) to keep it.
 """
 import bisect
 
-import numpy as np
-
 from tlc.compressors.aqgb import LEVELS as AQGB_LEVELS
 from tlc.compressors.base import Knob  # noqa: F401  (re-exported: the TF side)
 

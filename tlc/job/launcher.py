@@ -248,7 +248,8 @@ def launch(flags, argv=None, spec=None):
         failed, spared = failed_tasks(codes, launcher.stopped, flags.backup_workers)
         summary = summarize(logdir, spec, codes, time.time() - start, launcher.exit_times, wire,
                             rate_changes, failed)
-    print(json.dumps(summary, indent=1), flush=True)
+    from tlc.job import report  # pylint: disable=import-outside-toplevel
+    print(report.finish(summary, logdir), flush=True)  # the full record is summary.json
     for name in spared:
         print(f"tlc: {name} ended with exit code {summary['exit_codes'][name]}; training went on "
               f"without it (--backup_workers={flags.backup_workers})", file=sys.stderr)

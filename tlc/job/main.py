@@ -6,8 +6,8 @@
   python -m tlc.train --cluster=cluster.json   # every task of it, on this machine
 
 With no cluster (no --cluster, no TF_CONFIG) this process launches the
-cluster itself on this machine and prints the chief's progress and a JSON
-summary. With a cluster it runs the one task it is told to.
+cluster itself on this machine and prints the chief's progress and a short
+summary (the full one goes to summary.json). With a cluster it runs the one task it is told to.
 """
 import os
 import sys
@@ -16,6 +16,8 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags
+
+from tlc.job import flagcheck
 
 FLAGS = flags.FLAGS
 
@@ -73,57 +75,21 @@ flags.DEFINE_integer("seed", 1, "Random seed.")
 flags.DEFINE_float("timeout", 3600, "Launcher: stop the cluster after this many seconds.")
 
 
-def check_flags():
-    """Refuses bad configurations before any process starts."""
-    from tlc import compressors  # pylint: disable=import-outside-toplevel
-    errors = []
-    if not 1.0 <= FLAGS.sparsity_multiplier < 2.0:
-        errors.append(f"--sparsity_multiplier must be in [1, 2), got {FLAGS.sparsity_multiplier}")
-    for flag in ("compressor", "pull_compressor"):
-        name = getattr(FLAGS, flag)
-        if name is not None and name not in compressors.names():
-            errors.append(f"--{flag}={name} is not a known compressor "
-                          f"({', '.join(compressors.names())})")
-    if FLAGS.backup_workers < 0 or FLAGS.backup_workers >= FLAGS.num_workers:
-        errors.append(f"--backup_workers must be in [0, num_workers), got {FLAGS.backup_workers}")
-    if FLAGS.netem_rate_changes:
-        from tlc.job import launcher  # pylint: disable=import-outside-toplevel
-        try:
-            launcher.parse_rate_changes(FLAGS.netem_rate_changes)
-        except ValueError as e:
-            errors.append(f"--netem_rate_changes: {e}")
-        if not FLAGS.netem_rate:
-            errors.append("--netem_rate_changes needs --netem_rate")
-    if FLAGS.push_budget is not None and not FLAGS.push_budget > 0:
-        errors.append(f"--push_budget must be > 0 seconds, got {FLAGS.push_budget}")
-    if FLAGS.compressor == "3lc_auto" and FLAGS.push_budget is None:
-        errors.append("--compressor=3lc_auto needs --push_budget (seconds a push may take)")
-    if FLAGS.eval_every < 0:
-        errors.append(f"--eval_every must be >= 0, got {FLAGS.eval_every}")
-    for flag in ("steps", "batch_size", "log_every", "num_ps", "num_workers", "eval_batch",
-                 "eval_examples"):
-        if getattr(FLAGS, flag) < 1:
-            errors.append(f"--{flag} must be >= 1, got {getattr(FLAGS, flag)}")
-    if FLAGS.learning_rate <= 0:
-        errors.append(f"--learning_rate must be > 0, got {FLAGS.learning_rate}")
-    if FLAGS.optimizer not in ("sgd", "momentum", "adam"):
-        errors.append(f"--optimizer must be sgd, momentum or adam, got {FLAGS.optimizer}")
-    if not errors:
-        from tlc.job import task  # pylint: disable=import-outside-toplevel
-        for flag in ("compressor", "pull_compressor"):
-            name = getattr(FLAGS, flag)
-            if name is not None:
-                try:
-                    task.compressor_from_flags(name, FLAGS)
-                except ValueError as e:
-                    errors.append(f"--{flag}={name}: {e}")
-    if errors:
-        raise app.UsageError("; ".join(errors))
+def check_flags(build_compressors):
+    """Refuses bad configurations before any process starts: one line, exit 2.
+    Building the compressors (to check --compressor_args) imports TensorFlow."""
+    problems = flagcheck.errors(FLAGS)
+    if not problems and build_compressors:
+        problems = flagcheck.compressor_errors(FLAGS)
+    if problems:
+        flagcheck.refuse(problems)
 
 
 def main(argv):
     del argv
-    check_flags()
+    # A task imports TensorFlow anyway; the launcher only to check compressor arguments.
+    check_flags(build_compressors=bool(FLAGS.job_name or os.environ.get("TF_CONFIG")
+                                       or FLAGS.compressor_args))
     if FLAGS.cluster:
         from tlc.job import cluster as cl  # pylint: disable=import-outside-toplevel
         try:

@@ -6,10 +6,12 @@ import time
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.util import deprecation  # pylint: disable=no-name-in-module
 
 from tlc import compressors, moments, replica
-from tlc.job import autotune, data, models, watchdog
+from tlc.job import autotune, data, models, plots, watchdog
 from tlc.job import cluster as cl
+from tlc.job.flagcheck import parse_compressor_args
 from tlc.optimizer import SyncReplicasOptimizer
 from tlc.optimizer.recovery import ModelLostError
 from tlc.session import CheckpointError, training_session
@@ -20,6 +22,7 @@ PS_EXIT_GRACE = 0.2  # seconds
 
 def run(spec, job, index, flags):
     """Runs the task until training ends; returns the process exit code."""
+    _quiet_tensorflow()
     tf.compat.v1.disable_eager_execution()
     import tlc.ops  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     cluster = tf.train.ClusterSpec(spec)
@@ -62,6 +65,13 @@ def _port_taken(address):
     return False
 
 
+def _quiet_tensorflow():
+    """No INFO lines ("Graph was finalized") and no deprecation notices about
+    the TF v1 APIs the optimizer mirrors; TF's warnings and errors still show."""
+    tf.get_logger().setLevel("WARNING")
+    deprecation._PRINT_DEPRECATION_WARNINGS = False  # pylint: disable=protected-access
+
+
 def _error_summary(error):
     """The error itself and the op it came from, without TF's traceback."""
     if not isinstance(error, tf.errors.OpError):
@@ -88,26 +98,6 @@ def _run_ps(server, spec, index, config):
     print(f"ps {index}: all {len(spec['worker'])} workers done", flush=True)
     time.sleep(PS_EXIT_GRACE)  # lets the last worker's "done" get its reply
     return 0
-
-
-def parse_compressor_args(text):
-    """'p=0.01,delay=2' -> {'p': 0.01, 'delay': 2} (numbers, true/false, or text)."""
-    kwargs = {}
-    for item in filter(None, (part.strip() for part in (text or "").split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--compressor_args: expected key=value, got {item!r}")
-        value = value.strip()
-        for convert in (int, float):
-            try:
-                value = convert(value)
-                break
-            except ValueError:
-                continue
-        if value in ("true", "false"):
-            value = value == "true"
-        kwargs[key.strip()] = value
-    return kwargs
 
 
 def compressor_from_flags(name, flags):
@@ -195,20 +185,22 @@ def _run_worker(server, cluster, spec, index, config, flags):
                                   **sess.run({k: traffic[k] for k in ("bytes_pushed", "bytes_pulled",
                                                                      "worker_steps")})}
         loss_value, losses, curve = float("nan"), [], []
+        history = []  # chief: (step, seconds, loss, bytes pushed, bytes pulled) per step
         next_eval = flags.eval_every
         while step < flags.steps:
             x, y = batches.next()
             feed = {images: x, labels: y}
-            if tuner is None:
-                _, loss_value, step = sess.run([train_op, loss, sync.version_after_step], feed)
-            else:
-                started = time.perf_counter()
-                _, loss_value, step, sent = sess.run(
-                    [train_op, loss, sync.version_after_step, sync.step_traffic],
-                    {**feed, **tuner.feed_dict()})
+            started = time.perf_counter()
+            _, loss_value, step, sent = sess.run(
+                [train_op, loss, sync.version_after_step, sync.step_traffic],
+                feed if tuner is None else {**feed, **tuner.feed_dict()})
+            if tuner is not None:
                 tuner.after_step(sess, feed, time.perf_counter() - started,
                                  sent["pushed"], sent["pulled"])
             losses.append(float(loss_value))
+            if is_chief:
+                history.append((int(step), time.time() - start, float(loss_value),
+                                int(sent["pushed"]), int(sent["pulled"])))
             if not np.isfinite(loss_value):
                 raise FloatingPointError(f"worker {index}: loss is {loss_value} at step {step}")
             if is_chief and (step // flags.log_every > last["step"] // flags.log_every
@@ -262,7 +254,16 @@ def _run_worker(server, cluster, spec, index, config, flags):
         print(f"worker {index}: trained to step {summary['global_step']} but its report is "
               "lost (see the line above)", flush=True)
         return 1
+    if is_chief:
+        _write_steps(os.path.join(logdir, plots.STEPS_FILE), start, history)
     return 0
+
+
+def _write_steps(path, start, history):
+    """Every step of the chief, as columns (for plots; summary.json stays small)."""
+    names = ("step", "seconds", "loss", "bytes_pushed", "bytes_pulled")
+    columns = {name: [row[i] for row in history] for i, name in enumerate(names)}
+    cl.write_json(path, {"start_time": start, **columns})
 
 
 def _report(sess, traffic, step, loss_value, last, flags, writer, tuner=None):

@@ -1,0 +1,65 @@
+"""The end of a local run in a few human lines (the full record is summary.json)."""
+import os
+import sys
+
+from tlc.job import plots
+
+MAX_LINES = 15
+
+
+def finish(summary, logdir):
+    """Draws the run's plots and returns the summary text to print."""
+    try:
+        drawn = plots.write(logdir)
+    except Exception as e:  # pylint: disable=broad-except
+        # A plotting problem must not turn a finished run into a failed one.
+        print(f"tlc: plots not drawn: {type(e).__name__}: {e}", file=sys.stderr)
+        drawn = []
+    return "\n".join(lines(summary, logdir, drawn))
+
+
+def lines(summary, logdir, drawn=()):
+    """At most MAX_LINES lines: the result, the traffic, where everything is."""
+    s = summary
+    steps = s.get("worker_steps") or 0
+    workers = len(s.get("workers") or [])
+    head = "done" if s.get("ok") else "FAILED"
+    out = [f"tlc: {head}: {s.get('global_step')} steps of {s.get('model')} with "
+           f"{s.get('compressor')} on {workers} workers"]
+    if s.get("test_accuracy") is not None:
+        out.append(f"  test accuracy      {s['test_accuracy']:.4f}   (final training loss "
+                   f"{_number(s.get('final_loss'))})")
+    for direction in ("pushed", "pulled"):
+        total = s.get(f"bytes_{direction}") or 0
+        per_step = total / steps if steps else 0
+        out.append(f"  {direction} per step   {_bytes(per_step):>10} per worker step   "
+                   f"total {_bytes(total)}")
+    if s.get("compression_ratio"):
+        out.append(f"  compression ratio  {s['compression_ratio']:.1f}x vs float32 "
+                   f"(push {s['push_ratio']:.1f}x, pull {s['pull_ratio']:.1f}x)")
+    train = s.get("train_seconds")
+    out.append(f"  wall time          {s.get('wall_seconds', 0):.1f} s"
+               + (f" (chief trained for {train:.1f} s)" if train else ""))
+    out.append(f"  run directory      {logdir}")
+    out.append(f"  summary            {os.path.join(logdir, 'summary.json')}")
+    checkpoints = os.path.join(logdir, "checkpoints")
+    out.append(f"  checkpoints        {checkpoints if os.path.isdir(checkpoints) else 'none'}")
+    if drawn:
+        out.append(f"  plots              {', '.join(os.path.basename(p) for p in drawn)} "
+                   f"(in the run directory)")
+    tensorboard = os.path.join(logdir, "tensorboard")
+    if os.path.isdir(tensorboard):
+        out.append(f"  tensorboard        tensorboard --logdir {tensorboard}")
+    return out[:MAX_LINES]
+
+
+def _bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _number(value):
+    return "?" if value is None else f"{value:.4f}"
