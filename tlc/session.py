@@ -134,10 +134,11 @@ def _first_cause(message):
     """The line of a TF error message that says what went wrong (not TF's
     "Graph execution error" banner, node traces or its OOM hint)."""
     noise = ("Graph execution error", "Detected at node", "File ", "[[", "Node:", "Hint",
-             "Additional GRPC", "Traceback")
+             "Additional GRPC", "Traceback", "From /job:")
     lines = [line.strip() for line in message.splitlines()]
     useful = [line for line in lines if line and not line.startswith(noise)]
-    return useful[0] if useful else message.strip()
+    # "<temp file>; No space left on device": the cause is after the file name.
+    return useful[0].rsplit("; ", 1)[-1] if useful else message.strip()
 
 
 def training_session(master, is_chief, hooks=(), checkpoint_dir=None, save_checkpoint_steps=None,

@@ -114,20 +114,17 @@ def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=Non
 
 
 def failed_tasks(codes, stopped, spare_workers):
-    """{name: exit code} of the tasks that really failed, and the names of
-    backup workers lost along the way. A PS this launcher stopped once every
-    worker had ended is not a failure (it waits for the lost workers)."""
-    workers = {index: c for (job, index), c in codes.items() if job == "worker"}
-    dead = sorted(i for i, c in workers.items() if c != 0)
+    """({name: exit code} of the tasks that failed on their own, names of the
+    backup workers lost along the way). Tasks this launcher stopped because
+    another failed are not listed; a worker it stopped otherwise (timeout) is.
+    A PS stopped once every worker had ended waits for lost workers: not a failure."""
+    name = lambda task: f"{task[0]}{task[1]}"  # noqa: E731
+    own = {t: c for t, c in codes.items() if c not in (0, None) and t not in stopped}
+    dead = sorted(i for (job, i) in own if job == "worker")
     spared = dead if 0 not in dead and len(dead) <= spare_workers else []
-    workers_ok = len(dead) == len(spared) and all(c is not None for c in workers.values())
-    failed = {}
-    for (job, index), code in codes.items():
-        if code == 0 or (job == "worker" and index in spared):
-            continue
-        if job == "ps" and workers_ok and (job, index) in stopped:
-            continue
-        failed[f"{job}{index}"] = code
+    failed = {name(t): c for t, c in own.items() if not (t[0] == "worker" and t[1] in spared)}
+    if not failed:  # nothing failed by itself: did every worker finish?
+        failed = {name(t): c for t, c in codes.items() if t[0] == "worker" and t in stopped}
     return failed, [f"worker{i}" for i in spared]
 
 
@@ -255,6 +252,9 @@ def launch(flags, argv=None, spec=None):
               f"without it (--backup_workers={flags.backup_workers})", file=sys.stderr)
     if not summary["ok"]:
         listed = ", ".join(f"{t} (exit {c})" for t, c in failed.items()) or "none"
-        print(f"tlc: failed tasks: {listed}; see their logs in {logdir}", file=sys.stderr)
+        others = sorted(f"{job}{i}" for job, i in launcher.stopped if f"{job}{i}" not in failed)
+        print(f"tlc: failed tasks: {listed}"
+              + (f"; stopped by the launcher: {', '.join(others)}" if others else "")
+              + f"; see their logs in {logdir}", file=sys.stderr)
         return 1
     return 0
