@@ -29,9 +29,12 @@ def no_tensorflow(tmp_path_factory):
     return env
 
 
-def test_static_compressor_names_match_the_registry():
+def test_static_names_match_the_registries():
     from tlc import compressors  # pylint: disable=import-outside-toplevel
+    from tlc.job import data, models  # pylint: disable=import-outside-toplevel
     assert list(flagcheck.COMPRESSOR_NAMES) == compressors.names()
+    assert list(flagcheck.MODELS) == sorted(models.MODELS)
+    assert list(flagcheck.DATASETS) == sorted(data.DATASETS)
 
 
 @pytest.mark.parametrize("command", [
@@ -53,7 +56,8 @@ def test_bad_flag_is_one_line_before_tensorflow(command, no_tensorflow):
 
 def test_unknown_flag_and_bad_compressor_are_one_line(no_tensorflow):
     for flag, words in (("--nope=1", ("nope",)),
-                        ("--compressor=zip", ("--compressor=zip", "3lc", "sbc"))):
+                        ("--compressor=zip", ("--compressor=zip", "3lc", "sbc")),
+                        ("--model=nope", ("--model", "small_cnn", "nope"))):
         proc = subprocess.run([sys.executable, "-m", "tlc.job.flagcheck", flag], cwd=ROOT,
                               env=no_tensorflow, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and proc.stdout == ""
@@ -174,6 +178,21 @@ def test_plots_are_pngs_with_the_runs_data(short_run):
         assert _pixels_near(path, rgb) > 100, name
 
 
-def test_summary_lines_fit_for_a_failed_run():
-    lines = report.lines({"ok": False, "global_step": 3, "workers": []}, "/nonexistent")
-    assert lines[0].startswith("tlc: FAILED") and len(lines) <= report.MAX_LINES
+def test_summary_of_a_failed_run_names_the_failed_tasks():
+    lines = report.lines({"ok": False, "exit_codes": {"ps0": 0, "worker0": 1}, "workers": [],
+                          "wall_seconds": 3.0}, "/nonexistent")
+    assert lines[0].startswith("tlc: FAILED: worker0 exited") and len(lines) <= report.MAX_LINES
+    assert not [line for line in lines if "per step" in line or "None" in line], lines
+
+
+def test_a_failing_task_still_shows_its_error(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "tlc.train", "--flagfile=configs/fashion_mnist.cfg",
+         "--learning_rate=1e12", "--steps=200", f"--logdir={tmp_path / 'run'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode != 0
+    assert "training step failed" in proc.stdout  # the chief's error line, echoed
+    lines = proc.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("tlc: FAILED: "))
+    assert len(lines) - start <= report.MAX_LINES
+    assert "failed; see their logs" in proc.stderr
