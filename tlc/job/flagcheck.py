@@ -11,6 +11,9 @@ import sys
 # checks that the two agree).
 COMPRESSOR_NAMES = ("3lc", "3lc_auto", "aqgb", "aqgb_auto", "float32", "int8", "local2",
                     "mqe1bit", "sbc", "sparsify5", "ternary_stochastic", "variance")
+# tlc.job.models.MODELS and tlc.job.data.DATASETS (also checked by the tests).
+MODELS = ("resnet110", "resnet20", "resnet32", "small_cnn")
+DATASETS = ("cifar10", "fashion_mnist")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 AT_LEAST_ONE = ("steps", "batch_size", "log_every", "num_ps", "num_workers", "eval_batch",
                 "eval_examples")
@@ -74,6 +77,10 @@ def errors(flags):
             found.append(f"--{flag} must be >= 1, got {getattr(flags, flag)}")
     if flags.learning_rate <= 0:
         found.append(f"--learning_rate must be > 0, got {flags.learning_rate}")
+    if flags.model is not None and flags.model not in MODELS:
+        found.append(f"--model must be one of {', '.join(MODELS)}, got {flags.model}")
+    if flags.dataset not in DATASETS:
+        found.append(f"--dataset must be one of {', '.join(DATASETS)}, got {flags.dataset}")
     if flags.optimizer not in OPTIMIZERS:
         found.append(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {flags.optimizer}")
     return found

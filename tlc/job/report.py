@@ -23,15 +23,21 @@ def lines(summary, logdir, drawn=()):
     s = summary
     steps = s.get("worker_steps") or 0
     workers = len(s.get("workers") or [])
-    head = "done" if s.get("ok") else "FAILED"
-    out = [f"tlc: {head}: {s.get('global_step')} steps of {s.get('model')} with "
-           f"{s.get('compressor')} on {workers} workers"]
+    if s.get("ok"):
+        out = [f"tlc: done: {s.get('global_step')} steps of {s.get('model')} with "
+               f"{s.get('compressor')} on {workers} workers"]
+    else:
+        failed = [task for task, code in (s.get("exit_codes") or {}).items() if code != 0]
+        out = [f"tlc: FAILED: {', '.join(failed) or 'a task'} exited with an error, "
+               f"{workers} worker reports (the task logs are in the run directory)"]
     if s.get("test_accuracy") is not None:
         out.append(f"  test accuracy      {s['test_accuracy']:.4f}   (final training loss "
                    f"{_number(s.get('final_loss'))})")
     for direction in ("pushed", "pulled"):
         total = s.get(f"bytes_{direction}") or 0
         per_step = total / steps if steps else 0
+        if not steps:
+            break
         out.append(f"  {direction} per step   {_bytes(per_step):>10} per worker step   "
                    f"total {_bytes(total)}")
     if s.get("compression_ratio"):

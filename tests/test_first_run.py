@@ -1,0 +1,198 @@
+"""What a new user sees: early one-line flag errors, a set-up that does nothing
+heavy when nothing changed, a short readable end of run with plots, and no
+TensorFlow start-up noise. Real scripts and processes throughout."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tlc.job import flagcheck, plots, report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOISE = ("Graph was finalized", "local_init_op", "deprecat", "Instructions for updating",
+         "oneDNN", "absl::InitializeLog", "cpu_feature_guard", "Coordinator stopped")
+
+
+@pytest.fixture(scope="module")
+def no_tensorflow(tmp_path_factory):
+    """Environment in which `import tensorflow` fails loudly."""
+    shim = tmp_path_factory.mktemp("shim")
+    (shim / "tensorflow").mkdir()
+    (shim / "tensorflow" / "__init__.py").write_text(
+        "raise ImportError('TENSORFLOW WAS IMPORTED')\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def test_static_names_match_the_registries():
+    from tlc import compressors  # pylint: disable=import-outside-toplevel
+    from tlc.job import data, models  # pylint: disable=import-outside-toplevel
+    assert list(flagcheck.COMPRESSOR_NAMES) == compressors.names()
+    assert list(flagcheck.MODELS) == sorted(models.MODELS)
+    assert list(flagcheck.DATASETS) == sorted(data.DATASETS)
+
+
+@pytest.mark.parametrize("command", [
+    ["bash", "scripts/train.sh"],
+    [sys.executable, "-m", "tlc.train"],
+])
+def test_bad_flag_is_one_line_before_tensorflow(command, no_tensorflow):
+    proc = subprocess.run(command + ["--sparsity_multiplier=2.5"], cwd=ROOT, env=no_tensorflow,
+                          capture_output=True, text=True, timeout=300)
+    output = (proc.stdout + proc.stderr).splitlines()
+    assert proc.returncode != 0
+    assert len(output) <= 5, output
+    errors = [line for line in output if "--sparsity_multiplier" in line]
+    assert len(errors) == 1, output
+    assert "[1, 2)" in errors[0] and "2.5" in errors[0] and "--helpfull" in errors[0]
+    assert "TENSORFLOW WAS IMPORTED" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "setup: " not in proc.stderr  # refused before set-up
+
+
+def test_unknown_flag_and_bad_compressor_are_one_line(no_tensorflow):
+    for flag, words in (("--nope=1", ("nope",)),
+                        ("--compressor=zip", ("--compressor=zip", "3lc", "sbc")),
+                        ("--model=nope", ("--model", "small_cnn", "nope"))):
+        proc = subprocess.run([sys.executable, "-m", "tlc.job.flagcheck", flag], cwd=ROOT,
+                              env=no_tensorflow, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and proc.stdout == ""
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and all(w in lines[0] for w in words), lines
+
+
+def test_setup_fast_path_imports_no_tensorflow(no_tensorflow):
+    # Stamps up to date (builds only if this checkout is not built yet).
+    subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, check=True, capture_output=True,
+                   timeout=3600)
+    proc = subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, env=no_tensorflow,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr  # no pip, no build, no TensorFlow
+    assert proc.stdout.splitlines()[-1].endswith(("python3", "python"))
+
+
+def test_build_is_parallel_with_a_line_per_file(tmp_path):
+    """The build of a copy of the sources: every object file announced once."""
+    for name in ("setup.py", "custom_ops", "tlc"):
+        src = os.path.join(ROOT, name)
+        dst = tmp_path / name
+        if os.path.isdir(src):
+            subprocess.run(["cp", "-r", src, str(dst)], check=True)
+        else:
+            subprocess.run(["cp", src, str(dst)], check=True)
+    for so in (tmp_path / "tlc").glob("*.so"):
+        so.unlink()
+    proc = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=3600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    progress = re.findall(r"^setup: \[(\d+)/(\d+)\] compiling (\S+) \((\S+)\)$", proc.stderr,
+                          re.MULTILINE)
+    sources = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "custom_ops").rglob("*.cc")
+                     if p.parent.name in ("core", "tf", "python"))
+    core = [s for s in sources if "/core/" in s]
+    assert [int(n) for n, _, _, _ in progress] == list(range(1, len(progress) + 1))
+    assert {int(total) for _, total, _, _ in progress} == {len(progress)}
+    assert sorted(f for _, _, f, ext in progress if ext == "tlc._codec") == \
+        sorted(core + ["custom_ops/python/codec_module.cc"])
+    assert sorted(f for _, _, f, ext in progress if ext == "tlc._tlc_ops") == \
+        sorted(core + ["custom_ops/tf/kernels.cc", "custom_ops/tf/ops.cc"])
+    assert (tmp_path / "tlc" / "_tlc_ops.so").exists()
+    assert list((tmp_path / "tlc").glob("_codec*.so"))
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """A real 30-step run; the launcher process logs its imports (-X importtime)."""
+    logdir = tmp_path_factory.mktemp("short") / "run"
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "tlc.train",
+         "--flagfile=configs/fashion_mnist.cfg", "--steps=30", "--log_every=10",
+         "--eval_every=20", f"--logdir={logdir}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, logdir
+
+
+def test_stdout_is_progress_then_a_short_summary(short_run):
+    proc, logdir = short_run
+    lines = proc.stdout.splitlines()
+    assert not any(line.strip() in ("{", "}") or '"ok":' in line for line in lines)
+    start = next(i for i, line in enumerate(lines) if line.startswith("tlc: done"))
+    summary = lines[start:]
+    assert len(summary) <= report.MAX_LINES, summary
+    assert any(line.startswith("step ") for line in lines[:start])
+    text = "\n".join(summary)
+    for what in ("test accuracy", "pushed per step", "pulled per step", "compression ratio",
+                 "wall time", "run directory", "summary", "checkpoints", "plots"):
+        assert what in text, text
+    named = [line.split(None, 2)[-1] for line in summary if str(logdir) in line]
+    paths = [re.split(r"\s+\(", n)[0].split()[-1] for n in named]
+    assert str(logdir / "summary.json") in paths
+    assert all(os.path.exists(p) for p in paths), paths
+    plot_line = next(line for line in summary if line.strip().startswith("plots"))
+    for name in plots.PLOTS:
+        assert name in plot_line and (logdir / name).exists()
+    with open(logdir / "summary.json", encoding="utf-8") as f:
+        full = json.load(f)
+    assert f"{full['test_accuracy']:.4f}" in text
+
+
+def test_no_tensorflow_noise_and_no_tensorflow_in_the_launcher(short_run):
+    proc, logdir = short_run
+    launcher_stderr = [line for line in proc.stderr.splitlines()
+                       if not line.startswith("import time:")]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert "tlc.job.launcher" in imported
+    assert not [m for m in imported if m.split(".")[0] == "tensorflow"]
+    logs = [(logdir / f"{task}.log").read_text() for task in ("ps0", "worker0", "worker1")]
+    for text in [proc.stdout, "\n".join(launcher_stderr), *logs]:
+        assert not [n for n in NOISE if n in text], text[-3000:]
+
+
+def _pixels_near(path, rgb, tolerance=0.08):
+    import matplotlib.image  # pylint: disable=import-outside-toplevel
+    image = matplotlib.image.imread(path)[..., :3]
+    return int((np.abs(image - np.asarray(rgb) / 255).max(axis=-1) < tolerance).sum())
+
+
+def test_plots_are_pngs_with_the_runs_data(short_run):
+    _, logdir = short_run
+    with open(logdir / plots.STEPS_FILE, encoding="utf-8") as f:
+        steps = json.load(f)
+    assert steps["step"][-1] == 30 and len(steps["step"]) >= 15
+    assert all(np.isfinite(steps["loss"])) and min(steps["bytes_pushed"]) > 0
+    with open(logdir / "worker0.json", encoding="utf-8") as f:
+        assert any("accuracy" in p for p in json.load(f)["curve"])  # --eval_every=20
+    # Each plot's line colour (matplotlib's tab:blue / tab:green / tab:orange) is drawn.
+    colours = {"loss.png": (31, 119, 180), "accuracy.png": (44, 160, 44),
+               "traffic.png": (255, 127, 14)}
+    for name, rgb in colours.items():
+        path = logdir / name
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert _pixels_near(path, rgb) > 100, name
+
+
+def test_summary_of_a_failed_run_names_the_failed_tasks():
+    lines = report.lines({"ok": False, "exit_codes": {"ps0": 0, "worker0": 1}, "workers": [],
+                          "wall_seconds": 3.0}, "/nonexistent")
+    assert lines[0].startswith("tlc: FAILED: worker0 exited") and len(lines) <= report.MAX_LINES
+    assert not [line for line in lines if "per step" in line or "None" in line], lines
+
+
+def test_a_failing_task_still_shows_its_error(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "tlc.train", "--flagfile=configs/fashion_mnist.cfg",
+         "--learning_rate=1e12", "--steps=200", f"--logdir={tmp_path / 'run'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode != 0
+    assert "training step failed" in proc.stdout  # the chief's error line, echoed
+    lines = proc.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("tlc: FAILED: "))
+    assert len(lines) - start <= report.MAX_LINES
+    assert "failed; see their logs" in proc.stderr
