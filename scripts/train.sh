@@ -8,5 +8,5 @@ cd "$(dirname "$0")/.."
 flags=(--flagfile=configs/fashion_mnist.cfg --flagfile=configs/3lc_s1.00.cfg "$@")
 PY=$(bash scripts/setup.sh --python)
 "$PY" -m tlc.job.flagcheck "${flags[@]}"
-PY=$(bash scripts/setup.sh)
+PY=$(PYTHON=$PY bash scripts/setup.sh)
 exec "$PY" -m tlc.train "${flags[@]}"
