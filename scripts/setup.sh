@@ -8,22 +8,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { echo "setup: $*" >&2; }
 
-PY=${PYTHON:-python3}
-# Debian's own python refuses system-wide pip installs (PEP 668): use a venv.
-read -r managed exe < <("$PY" -c 'import os, sys, sysconfig
+# One start of the interpreter (a pyenv shim is slow to start): is it
+# externally managed, where is it really, does it have absl.
+about() {
+  "$1" -c 'import importlib.util, os, sys, sysconfig
 print(int(os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))),
-      sys.executable)')
-if [ "$managed" = 1 ]; then
+      int(importlib.util.find_spec("absl") is not None), sys.executable)'
+}
+read -r managed has_absl PY < <(about "${PYTHON:-python3}")
+# Debian's own python refuses system-wide pip installs (PEP 668): use a venv.
+if [ "$managed" = 1 ] && [ "$PY" != "$PWD/.venv/bin/python" ]; then
   if [ ! -x .venv/bin/python ]; then
     log "creating .venv (this python is externally managed)"
     "$PY" -m venv .venv
   fi
-  PY=.venv/bin/python
-  exe=$(realpath .venv/bin/python)
+  read -r managed has_absl PY < <(about .venv/bin/python)
 fi
+exe=$PY
 
 if [ "${1:-}" = --python ]; then
-  if ! "$PY" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("absl") is None)'; then
+  if [ "$has_absl" != 1 ]; then
     log "pip install absl-py (for the flag check)"
     "$PY" -m pip install -q absl-py >&2
   fi

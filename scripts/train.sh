@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 flags=(--flagfile=configs/fashion_mnist.cfg --flagfile=configs/3lc_s1.00.cfg "$@")
-"$(bash scripts/setup.sh --python)" -m tlc.job.flagcheck "${flags[@]}"
-PY=$(bash scripts/setup.sh)
+PY=$(bash scripts/setup.sh --python)
+"$PY" -m tlc.job.flagcheck "${flags[@]}"
+PY=$(PYTHON=$PY bash scripts/setup.sh)
 exec "$PY" -m tlc.train "${flags[@]}"

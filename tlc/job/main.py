@@ -7,7 +7,8 @@
 
 With no cluster (no --cluster, no TF_CONFIG) this process launches the
 cluster itself on this machine and prints the chief's progress and a short
-summary (the full one goes to summary.json). With a cluster it runs the one task it is told to.
+summary (the full one goes to summary.json). With a cluster it runs the one
+task it is told to.
 """
 import os
 import sys

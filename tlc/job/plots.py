@@ -11,6 +11,7 @@ import numpy as np
 
 STEPS_FILE = "worker0_steps.json"
 PLOTS = ("loss.png", "accuracy.png", "traffic.png")
+WALL_TIME = "wall time since the chief started (s)"
 
 
 def write(logdir):
@@ -52,7 +53,7 @@ def _smooth(values):
 
 def _loss(axes, steps, _chief):
     for ax, x, label in ((axes[0], steps["step"], "global step"),
-                         (axes[1], steps["seconds"], "wall time since training started (s)")):
+                         (axes[1], steps["seconds"], WALL_TIME)):
         ax.plot(x, steps["loss"], color="tab:blue", alpha=0.3, lw=0.8, label="per step")
         ax.plot(x, _smooth(steps["loss"]), color="tab:blue", lw=1.8, label="moving average")
         ax.set_xlabel(label)
@@ -66,13 +67,13 @@ def _accuracy(axes, steps, chief):
     periodic = [p for p in chief.get("curve", []) if "accuracy" in p]
     final = chief.get("test_accuracy")
     for ax, key, label in ((axes[0], "step", "global step"),
-                           (axes[1], "time", "wall time since training started (s)")):
+                           (axes[1], "time", WALL_TIME)):
         x = [p[key] - (start if key == "time" else 0) for p in periodic]
         if periodic:
             ax.plot(x, [p["accuracy"] for p in periodic], "o-", color="tab:green",
                     label="test subset (--eval_examples)")
         if final is not None:
-            at = chief["global_step"] if key == "step" else chief["last_step_time"] - start
+            at = steps["step"][-1] if key == "step" else steps["seconds"][-1]  # after the last step
             ax.plot([at], [final], "*", ms=14, color="tab:red", label=f"final, whole test set: {final:.4f}")
         ax.set_xlim(0, max(steps["step"][-1] if key == "step" else steps["seconds"][-1], 1) * 1.05)
         ax.set_ylim(0, 1)
@@ -93,4 +94,4 @@ def _traffic(axes, steps, chief):
         ax.set_xlabel("global step")
         ax.set_ylabel(f"KiB {direction} per step (worker 0)")
         ax.grid(alpha=0.3, which="both")
-        ax.legend()
+        ax.legend(loc="center right")
