@@ -25,12 +25,21 @@ def host_device(device):
     return spec.replace(device_type="CPU", device_index=0).to_string()
 
 
+def _trainable(kwargs):
+    """As TF decides it: trainable=None (tf.Variable's default) means True
+    unless the variable is synchronised ON_READ."""
+    trainable = kwargs.get("trainable")
+    if trainable is None:
+        return kwargs.get("synchronization") != tf.VariableSynchronization.ON_READ
+    return bool(trainable)
+
+
 @contextlib.contextmanager
 def local_copies(worker_device):
     """Creates trainable variables as PS masters with worker-local copies."""
 
     def creator(next_creator, **kwargs):
-        if not kwargs.get("trainable", True):
+        if not _trainable(kwargs):
             return next_creator(**kwargs)
         kwargs["trainable"] = False
         kwargs["collections"] = [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, MASTERS]

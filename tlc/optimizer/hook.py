@@ -15,7 +15,9 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._num_tokens = num_tokens
 
     def begin(self):
-        self._opt._require_applied("make_session_run_hook")  # pylint: disable=protected-access
+        if not self._opt._gradients_applied:  # pylint: disable=protected-access
+            raise ValueError("SyncReplicasOptimizer.apply_gradient should be called before using "
+                             "the hook.")
         self._init_tokens_op = self._opt.get_init_tokens_op(self._num_tokens) if self._is_chief \
             else None
         self._local_init_op = (self._opt.chief_init_op if self._is_chief
@@ -39,7 +41,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
                                                               start=True)
 
     def before_run(self, run_context):
-        step_ops = {self._opt._train_op.name,  # pylint: disable=protected-access
+        step_ops = {self._opt._train_op.op.name,  # pylint: disable=protected-access
                     self._opt._needs_full_sync.op.name,  # pylint: disable=protected-access
                     self._opt._version_after_step.op.name}  # pylint: disable=protected-access
         if _fetches_any(run_context.original_args.fetches, step_ops):

@@ -45,11 +45,13 @@ class Replay:
                     pulled += size
                 records.append((entry, rows))
             else:
-                with tf.device(entry.master.device):
+                # After the token, like the compressed variables' log lookups:
+                # a read before it could see the master one update behind.
+                with tf.device(entry.master.device), tf.control_dependencies([got_token]):
                     value = entry.master.read_value()
                 with tf.device(entry.local.device):
                     replayed.append(entry.local.assign(value, read_value=False))
-                pulled += 4 * entry.num_elements
+                pulled += entry.master.dtype.size * entry.num_elements
         with tf.device(self._worker_host):
             self._step_traffic = {"pushed": push_bytes, "pulled": pulled}
             steps = tf.where(found, count, tf.zeros_like(count))
@@ -65,8 +67,9 @@ class Replay:
             with tf.control_dependencies(bookkeeping):
                 self._needs_full_sync = tf.logical_not(found, name="tlc_needs_full_sync")
                 self._version_after_step = tf.identity(new_version, name="tlc_version_after_step")
-            self._train_op = tf.group(self._needs_full_sync, self._version_after_step,
-                                      name="tlc_train_op")
+            # Like TF's train op: a tensor whose value is the token.
+            with tf.control_dependencies([self._needs_full_sync, self._version_after_step]):
+                self._train_op = tf.identity(got_token, name="tlc_train_op")
             return self._train_op
 
     def _replay(self, records, steps):
@@ -79,7 +82,7 @@ class Replay:
             for (entry, rows), value in zip(records, values):
                 payload = [tf.io.parse_tensor(rows[i, j], dtype)
                            for j, dtype in enumerate(entry.payload_dtypes)]
-                out.append(tf.reshape(self._pull_compressor.accumulate(value, payload),
+                out.append(tf.reshape(self._pull_accumulate(value, payload),
                                       [entry.num_elements]))
             return (i + 1,) + tuple(out)
 
