@@ -9,10 +9,7 @@ import tensorflow as tf
 from tlc import compressors, moments, replica
 from tlc.job import autotune, data, models
 from tlc.optimizer import SyncReplicasOptimizer
-from tlc.session import training_session
-
-DONE_QUEUE = "tlc_done_ps{}"
-PS_EXIT_GRACE = 0.2  # seconds
+from tlc.session import serve_until_workers_done, training_session, worker_done
 
 
 def run(spec, job, index, flags):
@@ -26,7 +23,9 @@ def run(spec, job, index, flags):
     config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", own] if job == "worker" else [own])
     server = tf.distribute.Server(cluster, job_name=job, task_index=index, config=config)
     if job == "ps":
-        return _run_ps(server, spec, index, config)
+        serve_until_workers_done(server)
+        print(f"ps {index}: all {len(spec['worker'])} workers done", flush=True)
+        return 0
     try:
         return _run_worker(server, cluster, spec, index, config, flags)
     except (tf.errors.OpError, FloatingPointError) as e:
@@ -45,22 +44,6 @@ def _error_summary(error):
             if line and not line.startswith(noise) and "most recent call last" not in line]
     where = f" (op {error.op.name})" if error.op is not None else ""
     return "; ".join(dict.fromkeys(text)) + where
-
-
-def _done_queue(ps_index):
-    with tf.device(f"/job:ps/task:{ps_index}"):
-        return tf.queue.FIFOQueue(-1, tf.int32, shapes=(), shared_name=DONE_QUEUE.format(ps_index),
-                                  name=f"tlc_done_ps{ps_index}")
-
-
-def _run_ps(server, spec, index, config):
-    """Serves variables until every worker has said it is done."""
-    done = _done_queue(index).dequeue_many(len(spec["worker"]))
-    with tf.compat.v1.Session(server.target, config=config) as sess:
-        sess.run(done)
-    print(f"ps {index}: all {len(spec['worker'])} workers done", flush=True)
-    time.sleep(PS_EXIT_GRACE)  # lets the last worker's "done" get its reply
-    return 0
 
 
 def parse_compressor_args(text):
@@ -146,7 +129,6 @@ def _run_worker(server, cluster, spec, index, config, flags):
         extra_updates = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
         if extra_updates:
             train_op = tf.group(train_op, *extra_updates)
-        say_done = [_done_queue(i).enqueue(index) for i in range(len(spec["ps"]))]
 
     logdir = flags.logdir
     writer = tf.compat.v1.summary.FileWriter(os.path.join(logdir, "tensorboard")) if is_chief \
@@ -220,14 +202,7 @@ def _run_worker(server, cluster, spec, index, config, flags):
         # Training, checks and evaluation are done: from here on it is shutdown.
         summary["work_done_time"] = time.time()
     # Only now release the parameter servers: the session has closed cleanly.
-    with tf.compat.v1.Session(server.target, config=config) as plain:
-        try:
-            plain.run(say_done)
-        except tf.errors.UnavailableError:
-            # The last "done" lets the PS exit; it may go before its reply
-            # reaches us. Training and its report are complete either way.
-            print(f"worker {index}: parameter server left while acknowledging the end",
-                  flush=True)
+    worker_done(server)
     if writer is not None:
         writer.close()
     with open(os.path.join(logdir, f"worker{index}.json"), "w", encoding="utf-8") as f:

@@ -109,7 +109,8 @@ class SyncReplicasOptimizer(Push, Aggregation, PullLog, Replay, FullSync,
 
     def get_slot(self, var, name):
         """The inner optimizer's slot; for a local copy, its master's."""
-        return self._opt.get_slot(replica.master_of(var) or var, name)
+        master = replica.master_of(var)
+        return self._opt.get_slot(var if master is None else master, name)
 
     def get_slot_names(self, *args, **kwargs):
         return self._opt.get_slot_names(*args, **kwargs)
