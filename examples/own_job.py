@@ -81,7 +81,9 @@ def run_worker(server, cluster, index, args):
 
     x, y = load_fashion_mnist(args.data_dir)
     rng = np.random.default_rng(index)
-    hooks = [opt.make_session_run_hook(is_chief),
+    # num_tokens=0: the first update waits for every worker's first gradient,
+    # so a chief that starts early cannot take the initial tokens and train alone.
+    hooks = [opt.make_session_run_hook(is_chief, num_tokens=0),
              tf.compat.v1.train.StopAtStepHook(last_step=args.steps)]
     # Only this worker and the parameter servers: no waiting for other workers.
     config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", worker])

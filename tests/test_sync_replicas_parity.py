@@ -119,8 +119,20 @@ def test_variables_without_trainable_get_a_local_copy(make):
     with tf.Graph().as_default():
         with replica.local_copies(WORKER):
             v = make()
-        assert replica.master_of(v) is not None
-        assert v in tf.compat.v1.trainable_variables()
+        master = replica.master_of(v)
+        assert master is not None
+        # Collections as for compat.v1 variables, whichever API made them:
+        # a local copy in GLOBAL_VARIABLES would wait for another task to
+        # initialise it (the own-job example hung so).
+        assert_collections(v, {"local_variables", "trainable_variables"})
+        assert_collections(master, {"variables", replica.MASTERS})
+
+
+def assert_collections(variable, expected):
+    graph = tf.compat.v1.get_default_graph()
+    found = {key for key in graph.get_all_collection_keys()
+             if any(v is variable for v in graph.get_collection(key))}
+    assert found == expected, (variable.name, found)
 
 
 def test_non_trainable_variables_get_no_local_copy():

@@ -34,6 +34,20 @@ def _trainable(kwargs):
     return bool(trainable)
 
 
+def _keep_only_in(variable, collections):
+    """Puts a variable in exactly these variable collections. tf.Variable
+    (v2) ignores `collections=` and lands in GLOBAL_VARIABLES: a local copy
+    there would wait forever for another task to initialise it."""
+    graph = tf.compat.v1.get_default_graph()
+    keys = (tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
+            tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES, MASTERS)
+    for key in keys:
+        members = graph.get_collection_ref(key)
+        members[:] = [v for v in members if v is not variable]
+        if key in collections:
+            members.append(variable)
+
+
 @contextlib.contextmanager
 def local_copies(worker_device):
     """Creates trainable variables as PS masters with worker-local copies."""
@@ -44,6 +58,7 @@ def local_copies(worker_device):
         kwargs["trainable"] = False
         kwargs["collections"] = [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, MASTERS]
         master = next_creator(**kwargs)
+        _keep_only_in(master, kwargs["collections"])
         with tf.device(worker_device):
             # next_creator, not tf.Variable: this scope must not see it again.
             local = next_creator(
@@ -53,6 +68,8 @@ def local_copies(worker_device):
                 name=master.op.name + "/local",
                 dtype=master.dtype.base_dtype,
                 use_resource=True)
+        _keep_only_in(local, [tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
+                              tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES])
         local._tlc_master = master  # pylint: disable=protected-access
         return local
 
