@@ -45,7 +45,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         the coordinator stops. At the end of training the runner waits for
         gradients no worker will send; closing its session cancels that wait.
         In the training session it would hold MonitoredSession.close() for
-        its whole grace period (120 s) and then fail the close."""
+        its whole grace period (120 s by default), as TF's optimizer does."""
         runner = self._opt.get_chief_queue_runner()
         if not session.sess_str:
             # An in-process session keeps its state to itself: share it.
