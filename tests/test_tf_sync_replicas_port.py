@@ -45,7 +45,6 @@ IMPLEMENTATIONS = {
     "tlc_local_copies": (make_tlc(None), True),
     "tlc_local_copies_threshold0": (make_tlc(0), True),
 }
-TLC_PATHS = [name for name in IMPLEMENTATIONS if name != "tf"]
 
 
 def v1_variables():

@@ -119,8 +119,7 @@ class SyncReplicasOptimizer(Push, Aggregation, PullLog, Replay, FullSync,
         return self._opt.variables()
 
     def get_init_tokens_op(self, num_tokens=-1):
-        if not self._gradients_applied:
-            raise ValueError("get_init_tokens_op() should be called after apply_gradients().")
+        self._require_applied("get_init_tokens_op")  # TF's words
         tokens_needed = self._replicas_to_aggregate - self._total_num_replicas
         if num_tokens == -1:
             num_tokens = self._replicas_to_aggregate
@@ -169,6 +168,10 @@ class SyncReplicasOptimizer(Push, Aggregation, PullLog, Replay, FullSync,
         return [(e.local, e.master, e.shadow) for e in self._entries if e.compressed]
 
     # ------------------------------------------------------------ building --
+    def _require_applied(self, what):
+        if not self._gradients_applied:
+            raise ValueError(f"{what}() should be called after apply_gradients().")
+
     @staticmethod
     def _local_variable(value, dtype, name, shape=None):
         init = tf.zeros(shape, dtype) if shape is not None else tf.constant(value, dtype)
