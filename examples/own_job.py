@@ -93,9 +93,10 @@ def run_worker(server, cluster, index, args):
             batch = rng.integers(0, len(x), args.batch_size)
             _, step, loss_value = sess.run([train_op, global_step, loss],
                                            {images: x[batch], labels: y[batch]})
+            last_step_time = time.time()
             if step % 20 == 0:
                 print(f"worker {index}: step {step} loss {loss_value:.3f}", flush=True)
-    print(f"worker {index}: last step at {time.time():.3f}", flush=True)
+    print(f"worker {index}: last step at {last_step_time:.3f}", flush=True)
     worker_done(server)  # lets the parameter servers end
 
 
