@@ -89,6 +89,7 @@ def run_worker(server, cluster, index, args):
     config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", worker])
     with tf.compat.v1.train.MonitoredTrainingSession(master=server.target, is_chief=is_chief,
                                                      hooks=hooks, config=config) as sess:
+        last_step_time = time.time()
         while not sess.should_stop():
             batch = rng.integers(0, len(x), args.batch_size)
             _, step, loss_value = sess.run([train_op, global_step, loss],
