@@ -144,17 +144,23 @@ def test_non_trainable_variables_get_no_local_copy():
 
 # --- point 5: slots -------------------------------------------------------
 
-@pytest.mark.parametrize("local_copies", [False, True], ids=["masters", "local_copies"])
-def test_get_slot_returns_the_momentum_slot(local_copies):
-    for kind in ("tf", "tlc"):
-        with tf.Graph().as_default():
-            opt, _, masters = build_model(kind, tf.float32, local_copies and kind == "tlc")
-            trainable = tf.compat.v1.trainable_variables()
-            assert opt.get_slot_names() == ["momentum"]
-            for var, master in zip(trainable, masters):
-                slot = opt.get_slot(var, "momentum")
-                assert slot is not None, (kind, var.name)
-                assert slot is opt._opt.get_slot(master, "momentum")  # pylint: disable=protected-access
+@pytest.mark.parametrize("kind, local_copies", [("tf", False), ("tlc", False), ("tlc", True)])
+def test_get_slot_returns_the_momentum_slot(kind, local_copies):
+    """For the variable the model trains (a local copy under local_copies),
+    get_slot gives the inner optimizer's slot, as TF's optimizer does."""
+    with tf.Graph().as_default():
+        copies = replica.local_copies(WORKER) if local_copies else contextlib.nullcontext()
+        with copies:
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+            v = tf.compat.v1.Variable([1.0, 2.0], trainable=True, name="v")
+        assert (replica.master_of(v) is not None) == local_copies
+        opt = make_optimizer(kind, tf.compat.v1.train.MomentumOptimizer(0.01, 0.9))
+        opt.minimize(tf.reduce_sum(v * v), global_step=global_step)
+        assert opt.get_slot_names() == ["momentum"]
+        master = v if replica.master_of(v) is None else replica.master_of(v)
+        slot = opt.get_slot(v, "momentum")
+        assert slot is not None
+        assert slot is opt._opt.get_slot(master, "momentum")  # pylint: disable=protected-access
 
 
 # --- point 6: the train op and the local step ----------------------------
