@@ -25,16 +25,40 @@ def host_device(device):
     return spec.replace(device_type="CPU", device_index=0).to_string()
 
 
+def _trainable(kwargs):
+    """As TF decides it: trainable=None (tf.Variable's default) means True
+    unless the variable is synchronised ON_READ."""
+    trainable = kwargs.get("trainable")
+    if trainable is None:
+        return kwargs.get("synchronization") != tf.VariableSynchronization.ON_READ
+    return bool(trainable)
+
+
+def _keep_only_in(variable, collections):
+    """Puts a variable in exactly these variable collections. tf.Variable
+    (v2) ignores `collections=` and lands in GLOBAL_VARIABLES: a local copy
+    there would wait forever for another task to initialise it."""
+    graph = tf.compat.v1.get_default_graph()
+    keys = (tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
+            tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES, MASTERS)
+    for key in keys:
+        members = graph.get_collection_ref(key)
+        members[:] = [v for v in members if v is not variable]
+        if key in collections:
+            members.append(variable)
+
+
 @contextlib.contextmanager
 def local_copies(worker_device):
     """Creates trainable variables as PS masters with worker-local copies."""
 
     def creator(next_creator, **kwargs):
-        if not kwargs.get("trainable", True):
+        if not _trainable(kwargs):
             return next_creator(**kwargs)
         kwargs["trainable"] = False
         kwargs["collections"] = [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, MASTERS]
         master = next_creator(**kwargs)
+        _keep_only_in(master, kwargs["collections"])
         with tf.device(worker_device):
             # next_creator, not tf.Variable: this scope must not see it again.
             local = next_creator(
@@ -44,6 +68,8 @@ def local_copies(worker_device):
                 name=master.op.name + "/local",
                 dtype=master.dtype.base_dtype,
                 use_resource=True)
+        _keep_only_in(local, [tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
+                              tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES])
         local._tlc_master = master  # pylint: disable=protected-access
         return local
 

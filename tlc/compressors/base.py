@@ -49,6 +49,13 @@ class Compressor(abc.ABC):
     # False for schemes that make no sense for model pulls (the optimizer then
     # pulls float32 unless told otherwise).
     supports_pull = True
+    # True for schemes whose payload is the input itself, in any float dtype;
+    # the others work in float32 and the optimizer converts around them.
+    lossless = False
+
+    def wire_dtype(self, dtype):
+        """The dtype compress() is given for a variable of `dtype`."""
+        return dtype if self.lossless else tf.float32
 
     def make_memory(self, num_elements, name):
         """Per-tensor state on the sender's host CPU, made once by the optimizer

@@ -10,7 +10,9 @@ _BELOW_TWO = float(np.nextafter(np.float32(2), np.float32(0)))  # largest float3
 
 @register("float32")
 class Float32(Compressor):
-    """No compression: the payload is the tensor itself."""
+    """No compression: the payload is the tensor itself (any float dtype)."""
+
+    lossless = True
 
     def compress(self, x, memory=None):
         return (tf.identity(x),)

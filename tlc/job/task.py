@@ -14,10 +14,8 @@ from tlc.job import cluster as cl
 from tlc.job.flagcheck import parse_compressor_args
 from tlc.optimizer import SyncReplicasOptimizer
 from tlc.optimizer.recovery import ModelLostError
-from tlc.session import CheckpointError, training_session
-
-DONE_QUEUE = "tlc_done_ps{}"
-PS_EXIT_GRACE = 0.2  # seconds
+from tlc.session import (CheckpointError, serve_until_workers_done, training_session,
+                         worker_done)
 
 
 def run(spec, job, index, flags):
@@ -38,7 +36,9 @@ def run(spec, job, index, flags):
         print(f"{job} {index}: cannot serve {address}: {why}", flush=True)
         return 1
     if job == "ps":
-        return _run_ps(server, spec, index, config)
+        serve_until_workers_done(server)
+        print(f"ps {index}: all {len(spec['worker'])} workers done", flush=True)
+        return 0
     if flags.logdir:
         cl.check_writable(flags.logdir)
     watchdog.Watchdog(f"worker {index}", {f"ps{i}": a for i, a in enumerate(spec["ps"])},
@@ -84,20 +84,6 @@ def _error_summary(error):
     return "; ".join(dict.fromkeys(text)) + where
 
 
-def _done_queue(ps_index):
-    with tf.device(f"/job:ps/task:{ps_index}"):
-        return tf.queue.FIFOQueue(-1, tf.int32, shapes=(), shared_name=DONE_QUEUE.format(ps_index),
-                                  name=f"tlc_done_ps{ps_index}")
-
-
-def _run_ps(server, spec, index, config):
-    """Serves variables until every worker has said it is done."""
-    done = _done_queue(index).dequeue_many(len(spec["worker"]))
-    with tf.compat.v1.Session(server.target, config=config) as sess:
-        sess.run(done)
-    print(f"ps {index}: all {len(spec['worker'])} workers done", flush=True)
-    time.sleep(PS_EXIT_GRACE)  # lets the last worker's "done" get its reply
-    return 0
 
 
 def compressor_from_flags(name, flags):
@@ -163,7 +149,6 @@ def _run_worker(server, cluster, spec, index, config, flags):
         extra_updates = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
         if extra_updates:
             train_op = tf.group(train_op, *extra_updates)
-        say_done = [_done_queue(i).enqueue(index) for i in range(len(spec["ps"]))]
 
     logdir = flags.logdir
     writer = tf.compat.v1.summary.FileWriter(os.path.join(logdir, "tensorboard")) if is_chief \
@@ -240,14 +225,7 @@ def _run_worker(server, cluster, spec, index, config, flags):
         # Training, checks and evaluation are done: from here on it is shutdown.
         summary["work_done_time"] = time.time()
     # Only now release the parameter servers: the session has closed cleanly.
-    with tf.compat.v1.Session(server.target, config=config) as plain:
-        try:
-            plain.run(say_done)
-        except tf.errors.UnavailableError:
-            # The last "done" lets the PS exit; it may go before its reply
-            # reaches us. Training and its report are complete either way.
-            print(f"worker {index}: parameter server left while acknowledging the end",
-                  flush=True)
+    worker_done(server)
     if writer is not None:
         writer.close()
     if not cl.write_json(os.path.join(logdir, f"worker{index}.json"), summary):

@@ -51,7 +51,8 @@ class FullSync:
         def bits_fingerprint(variable):
             # 64-bit fingerprint of the value's bytes: compared across the
             # network instead of shipping the whole shadow to the worker.
-            return tf.fingerprint(tf.reshape(tf.bitcast(variable.read_value(), tf.int32), [1, -1]))
+            # Bytes, so that it takes every float dtype.
+            return tf.fingerprint(tf.reshape(tf.bitcast(variable.read_value(), tf.uint8), [1, -1]))
 
         same = []
         for entry in self._entries:

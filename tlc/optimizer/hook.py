@@ -1,5 +1,6 @@
 """Session hook: initialises tokens and local state, runs the chief's queue
 runner, and resyncs a worker that fell too far behind."""
+import threading
 import time
 
 import tensorflow as tf
@@ -18,7 +19,9 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._seen_version = 0  # newest model version this process has trained on
 
     def begin(self):
-        self._opt._require_applied("make_session_run_hook")  # pylint: disable=protected-access
+        if not self._opt._gradients_applied:  # pylint: disable=protected-access
+            raise ValueError("SyncReplicasOptimizer.apply_gradient should be called before using "
+                             "the hook.")
         self._init_tokens_op = self._opt.get_init_tokens_op(self._num_tokens) if self._is_chief \
             else None
         self._local_init_op = (self._opt.chief_init_op if self._is_chief
@@ -42,11 +45,37 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._seen_version = max(self._seen_version, version)
         if self._is_chief:
             session.run(self._init_tokens_op)
-            self._opt.get_chief_queue_runner().create_threads(session, coord=coord, daemon=True,
-                                                              start=True)
+            self._start_chief_updates(session, coord)
+
+    def _start_chief_updates(self, session, coord):
+        """Runs the chief's queue runner in a session of its own, closed when
+        the coordinator stops. At the end of training the runner waits for
+        gradients no worker will send; closing its session cancels that wait.
+        In the training session it would hold MonitoredSession.close() for
+        its whole grace period (120 s by default), as TF's optimizer does."""
+        runner = self._opt.get_chief_queue_runner()
+        if not session.sess_str:
+            # An in-process session keeps its state to itself: share it.
+            runner.create_threads(session, coord=coord, daemon=True, start=True)
+            return
+        # The training session's target and config (device filters): private
+        # attribute, no public accessor.
+        own = tf.compat.v1.Session(session.sess_str, graph=session.graph,
+                                   config=getattr(session, "_config", None))
+        threads = runner.create_threads(own, coord=coord, daemon=True, start=True)
+
+        def close_when_stopped():
+            coord.wait_for_stop()
+            threads[-1].join(5)  # the runner's own close-on-stop (token queue) first
+            own.close()
+
+        closer = threading.Thread(target=close_when_stopped, daemon=True,
+                                  name="tlc_chief_update_closer")
+        coord.register_thread(closer)
+        closer.start()
 
     def before_run(self, run_context):
-        step_ops = {self._opt._train_op.name,  # pylint: disable=protected-access
+        step_ops = {self._opt._train_op.op.name,  # pylint: disable=protected-access
                     self._opt._needs_full_sync.op.name,  # pylint: disable=protected-access
                     self._opt._version_after_step.op.name}  # pylint: disable=protected-access
         if _fetches_any(run_context.original_args.fetches, step_ops):

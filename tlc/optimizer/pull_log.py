@@ -11,13 +11,16 @@ class PullLog:
         master, base = entry.master, entry.master.op.name
         with tf.device(master.device):
             # Filled from the master by the chief's init op (see _build_init_ops).
-            entry.shadow = self._global_variable(tf.zeros(master.shape), base + "/tlc_shadow")
+            dtype = master.dtype.base_dtype
+            entry.shadow = self._global_variable(tf.zeros(master.shape, dtype),
+                                                 base + "/tlc_shadow")
             with tf.control_dependencies([step]):
                 shadow = tf.reshape(entry.shadow.read_value(), [-1])
                 delta = tf.reshape(master.read_value(), [-1]) - shadow
-                payload = self._pull_compressor.compress(delta)
+                payload = self._pull_compressor.compress(
+                    tf.cast(delta, self._pull_compressor.wire_dtype(dtype)))
                 entry.payload_dtypes = [t.dtype for t in payload]
-                updated = self._pull_compressor.accumulate(shadow, payload)
+                updated = self._pull_accumulate(shadow, payload)
                 assign = entry.shadow.assign(tf.reshape(updated, master.shape), read_value=False)
                 record = tf.stack([tf.io.serialize_tensor(t) for t in payload])
             # Outside the control dependencies: workers look the log up too.
@@ -32,3 +35,10 @@ class PullLog:
                 with tf.control_dependencies([logged]):
                     pruned = entry.log.remove((key - self._pull_log_size)[None])
             return tf.group(assign, pruned)
+
+    def _pull_accumulate(self, value, payload):
+        """value + the payload's delta, in the pull compressor's dtype and back:
+        the shadow and every worker's local copy run exactly this."""
+        wire = self._pull_compressor.wire_dtype(value.dtype)
+        return tf.cast(self._pull_compressor.accumulate(tf.cast(value, wire), payload),
+                       value.dtype)

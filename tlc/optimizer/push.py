@@ -20,9 +20,10 @@ class Push:
                 continue
             if isinstance(grad, tf.IndexedSlices):
                 grad = tf.convert_to_tensor(grad)
-            if master.dtype.base_dtype != tf.float32:
-                raise ValueError(f"tlc compresses float32 variables only; {master.name} is "
-                                 f"{master.dtype.base_dtype.name}")
+            dtype = master.dtype.base_dtype
+            if not dtype.is_floating:
+                raise ValueError(f"tlc: variable {master.name} is {dtype.name}; only float "
+                                 "variables can be trained")
             entry = Entry(var, master, master.shape.num_elements() >= self._compress_threshold)
             self._entries.append(entry)
             base = master.op.name
@@ -32,12 +33,13 @@ class Push:
                     memory = self._compressor.make_memory(entry.num_elements,
                                                           base + "/tlc_push_memory")
                     with tf.name_scope(f"tlc_encode_push/{base}"):
-                        payload = self._compressor.compress(tf.reshape(grad, [-1]), memory)
+                        flat = tf.cast(tf.reshape(grad, [-1]), self._compressor.wire_dtype(dtype))
+                        payload = self._compressor.compress(flat, memory)
                     push_bytes += payload_bytes(payload)
                 else:
                     grad = tf.debugging.check_numerics(
                         grad, f"non-finite gradient for variable {master.op.name}")
-                    push_bytes += 4 * entry.num_elements
+                    push_bytes += dtype.size * entry.num_elements
             with tf.device(master.device):
                 if entry.compressed:
                     # Named after the variable: a malformed push fails with an
@@ -46,10 +48,14 @@ class Push:
                         grad = tf.reshape(
                             self._compressor.decompress(payload, entry.num_elements),
                             master.shape)
+                # TF's accumulator has no bfloat16 kernel: those sum in float32.
+                summed = tf.float32 if dtype == tf.bfloat16 else dtype
                 accum = tf.compat.v1.ConditionalAccumulator(
-                    tf.float32, shape=master.shape, shared_name=master.name + "/grad_accum")
-                push_ops.append(accum.apply_grad(grad, local_step=self._local_step))
-                aggregated.append((accum.take_grad(self._replicas_to_aggregate), master))
+                    summed, shape=master.shape, shared_name=master.name + "/grad_accum")
+                push_ops.append(accum.apply_grad(tf.cast(grad, summed),
+                                                 local_step=self._local_step))
+                average = tf.cast(accum.take_grad(self._replicas_to_aggregate), dtype)
+                aggregated.append((average, master))
                 entry.accumulator = accum
         if not self._entries:
             raise ValueError("No gradients provided for any variable")

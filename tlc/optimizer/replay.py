@@ -11,7 +11,6 @@ class Replay:
         with tf.device(gs.device), tf.name_scope(""):
             with tf.control_dependencies(push_ops):
                 token = self._sync_token_queue.dequeue()
-            got_token = self._local_step.assign(token)
         with tf.device(self._worker_host):
             self._local_version = self._local_variable(0, tf.int64, "tlc_local_version")
             self._local_version_read = self._local_version.read_value()
@@ -20,7 +19,7 @@ class Replay:
             self._worker_steps = self._persistent_variable(0, tf.int64, "tlc_worker_steps")
             self._float32_bytes_per_step = tf.constant(
                 4 * sum(e.num_elements for e in self._entries), tf.int64)
-        with tf.control_dependencies([got_token]):
+        with tf.control_dependencies([token]):
             with tf.device(gs.device):
                 server_version = tf.cast(gs.read_value(), tf.int64)
             with tf.device(self._worker_host):
@@ -45,11 +44,13 @@ class Replay:
                     pulled += size
                 records.append((entry, rows))
             else:
-                with tf.device(entry.master.device):
+                # After the token, like the compressed variables' log lookups:
+                # a read before it could see the master one update behind.
+                with tf.device(entry.master.device), tf.control_dependencies([token]):
                     value = entry.master.read_value()
                 with tf.device(entry.local.device):
                     replayed.append(entry.local.assign(value, read_value=False))
-                pulled += 4 * entry.num_elements
+                pulled += entry.master.dtype.size * entry.num_elements
         with tf.device(self._worker_host):
             self._step_traffic = {"pushed": push_bytes, "pulled": pulled}
             steps = tf.where(found, count, tf.zeros_like(count))
@@ -65,9 +66,12 @@ class Replay:
             with tf.control_dependencies(bookkeeping):
                 self._needs_full_sync = tf.logical_not(found, name="tlc_needs_full_sync")
                 self._version_after_step = tf.identity(new_version, name="tlc_version_after_step")
-            self._train_op = tf.group(self._needs_full_sync, self._version_after_step,
-                                      name="tlc_train_op")
-            return self._train_op
+        # TF's train op, last: local step = token (a tensor valued the token
+        # for a ref local step, the unread variable for a resource one).
+        with tf.device(gs.device), tf.name_scope(""):
+            with tf.control_dependencies([self._needs_full_sync, self._version_after_step]):
+                self._train_op = self._local_step.assign(token)
+        return self._train_op
 
     def _replay(self, records, steps):
         """local += delta for each logged step, in order, on the worker."""
@@ -79,7 +83,7 @@ class Replay:
             for (entry, rows), value in zip(records, values):
                 payload = [tf.io.parse_tensor(rows[i, j], dtype)
                            for j, dtype in enumerate(entry.payload_dtypes)]
-                out.append(tf.reshape(self._pull_compressor.accumulate(value, payload),
+                out.append(tf.reshape(self._pull_accumulate(value, payload),
                                       [entry.num_elements]))
             return (i + 1,) + tuple(out)
 

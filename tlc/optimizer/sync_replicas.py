@@ -88,8 +88,11 @@ class SyncReplicasOptimizer(Push, Aggregation, PullLog, Replay, FullSync, Recove
         anchor = tf.no_op(name="tlc_worker_anchor")
         self._worker_host = replica.host_device(anchor.device)
         with tf.compat.v1.colocate_with(anchor):
-            self._local_step = self._local_variable(0, global_step.dtype.base_dtype,
-                                                    "sync_rep_local_step")
+            # Made as TF makes it (VariableV1, the scope's default kind), so
+            # fetching "sync_rep_local_step:0" gives what it gives with TF's.
+            self._local_step = tf.compat.v1.Variable(
+                initial_value=0, trainable=False, dtype=global_step.dtype.base_dtype,
+                collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name="sync_rep_local_step")
         with tf.name_scope(name or self._name):
             push_ops, aggregated, push_bytes = self._build_push(grads_and_vars)
             self._build_chief_update(aggregated)
@@ -102,11 +105,14 @@ class SyncReplicasOptimizer(Push, Aggregation, PullLog, Replay, FullSync, Recove
         return train_op
 
     def get_chief_queue_runner(self):
-        self._require_applied("get_chief_queue_runner")
+        if not self._gradients_applied:
+            raise ValueError("Should be called after apply_gradients().")  # TF's words
         return self._chief_queue_runner
 
-    def get_slot(self, *args, **kwargs):
-        return self._opt.get_slot(*args, **kwargs)
+    def get_slot(self, var, name):
+        """The inner optimizer's slot; for a local copy, its master's."""
+        master = replica.master_of(var)
+        return self._opt.get_slot(var if master is None else master, name)
 
     def get_slot_names(self, *args, **kwargs):
         return self._opt.get_slot_names(*args, **kwargs)
@@ -115,7 +121,7 @@ class SyncReplicasOptimizer(Push, Aggregation, PullLog, Replay, FullSync, Recove
         return self._opt.variables()
 
     def get_init_tokens_op(self, num_tokens=-1):
-        self._require_applied("get_init_tokens_op")
+        self._require_applied("get_init_tokens_op")  # TF's words
         tokens_needed = self._replicas_to_aggregate - self._total_num_replicas
         if num_tokens == -1:
             num_tokens = self._replicas_to_aggregate

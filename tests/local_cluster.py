@@ -1,0 +1,25 @@
+"""In-process clusters for optimizer tests: one tf.distribute.Server per task
+on loopback ports, like TF's test_util.create_local_cluster."""
+import socket
+
+import tensorflow as tf
+
+import tlc.ops  # noqa: F401  (the kernels, for the in-process parameter servers)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def create_local_cluster(num_workers, num_ps):
+    """Returns (worker servers, ps servers), all started in this process."""
+    spec = {"worker": [f"localhost:{free_port()}" for _ in range(num_workers)],
+            "ps": [f"localhost:{free_port()}" for _ in range(num_ps)]}
+    cluster = tf.train.ClusterSpec(spec)
+    workers = [tf.distribute.Server(cluster, job_name="worker", task_index=i, start=True)
+               for i in range(num_workers)]
+    ps = [tf.distribute.Server(cluster, job_name="ps", task_index=i, start=True)
+          for i in range(num_ps)]
+    return workers, ps
