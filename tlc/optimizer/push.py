@@ -18,8 +18,6 @@ class Push:
             master = var if master is None else master
             if grad is None:
                 continue
-            if isinstance(grad, tf.IndexedSlices):
-                grad = tf.convert_to_tensor(grad)
             if master.dtype.base_dtype != tf.float32:
                 raise ValueError(f"tlc compresses float32 variables only; {master.name} is "
                                  f"{master.dtype.base_dtype.name}")
@@ -27,6 +25,12 @@ class Push:
             self._entries.append(entry)
             base = master.op.name
             sender = replica.host_device(var.device if entry.has_local_copy else self._worker_host)
+            if isinstance(grad, tf.IndexedSlices):  # rows stay rows (sparse.py)
+                push, nbytes = self._push_rows(entry, grad, sender)
+                push_ops.append(push)
+                aggregated.append((entry.aggregated, master))
+                push_bytes += nbytes
+                continue
             with tf.device(sender):
                 if entry.compressed:
                     memory = self._compressor.make_memory(entry.num_elements,

@@ -10,6 +10,7 @@ from tlc.optimizer.hook import SyncReplicasHook
 from tlc.optimizer.pull_log import PullLog
 from tlc.optimizer.push import Push
 from tlc.optimizer.replay import Replay
+from tlc.optimizer.sparse import SparseRows
 
 DEFAULT_COMPRESS_THRESHOLD = 1024  # elements; batch-norm-sized tensors stay float32
 DEFAULT_PULL_LOG_SIZE = 4          # model deltas a PS keeps for workers catching up
@@ -25,7 +26,7 @@ def _as_compressor(value, what):
     return value
 
 
-class SyncReplicasOptimizer(Push, Aggregation, PullLog, Replay, FullSync,
+class SyncReplicasOptimizer(Push, SparseRows, Aggregation, PullLog, Replay, FullSync,
                             tf.compat.v1.train.Optimizer):
     """tf.compat.v1.train.SyncReplicasOptimizer with gradient and model compression."""
 
