@@ -53,6 +53,7 @@ def run_worker(args):
     from tlc import SyncReplicasOptimizer, compressors, replica
     from tlc.session import training_session
 
+    tf.compat.v1.disable_eager_execution()
     spec = tf.train.ClusterSpec(json.loads(args.cluster))
     server = tf.distribute.Server(spec, job_name="worker", task_index=args.index)
     device = f"/job:worker/task:{args.index}"

@@ -143,11 +143,12 @@ def test_duplicate_and_unsorted_ids_match_tf_over_steps(path):
                        **path)
     assert runs[0][0].tobytes() == tf_value.tobytes(), (runs[0][0], tf_value)
     assert not np.array_equal(tf_value, init)
-    if path["local"]:
+    if path["local"] and path["compress_threshold"] == 0:
+        # (Small variables refresh their local copy from the master: that
+        # path's ordering is issue 11 point 2, tested with it.)
         for _, (local, check) in runs:
             assert local.tobytes() == tf_value.tobytes()
-            if path["compress_threshold"] == 0:
-                assert check["equal"] in (True, None)
+            assert check["equal"] is True, check
 
 
 def test_3lc_rows_train_and_local_copies_equal_the_shadow():
@@ -221,12 +222,19 @@ def test_malformed_sparse_pushes_fail_naming_the_tensor(compressor):
                                         compressor=compressor, compress_threshold=0)
             opt.minimize(loss, global_step=gs)
         entry, = opt._entries  # pylint: disable=protected-access
+        # The PS half of the optimizer's push, fed from placeholders of any
+        # shape (what a hostile peer can send; the graph's own payload
+        # tensors have static shapes the client would refuse to feed).
+        fed = [tf.compat.v1.placeholder(t.dtype) for t in entry.push_payload]
+        with tf.device("/job:ps/task:0"), tf.name_scope("tlc_decode_push/hostile_table"):
+            indices, values = opt._decode_rows(entry, fed, opt.compressor)  # pylint: disable=protected-access
+            push = entry.accumulator.apply_grad(indices, values, grad_shape=[500, 8],
+                                                local_step=0)
         count = entry.accumulator.num_accumulated()
         init = [tf.compat.v1.global_variables_initializer(),
                 tf.compat.v1.local_variables_initializer()]
     with tf.compat.v1.Session(servers[1].target, graph=graph) as sess:
         sess.run(init)
-        push = _push_op(graph, entry)
         good = sess.run(list(entry.push_payload))
         code, order, rows = good[0], good[1], good[2:]
         hostile = {
@@ -239,20 +247,11 @@ def test_malformed_sparse_pushes_fail_naming_the_tensor(compressor):
         }
         for what, payload in hostile.items():
             with pytest.raises(tf.errors.InvalidArgumentError, match="hostile_table"):
-                sess.run(push, dict(zip(entry.push_payload, payload)))
+                sess.run(push, dict(zip(fed, payload)))
                 pytest.fail(what)
             assert sess.run(count) == 0, what
-        sess.run(push, dict(zip(entry.push_payload, good)))
+        sess.run(push, dict(zip(fed, good)))
         assert sess.run(count) == 1
-
-
-def _push_op(graph, entry):
-    """The accumulator's apply op of a variable's push."""
-    name = entry.accumulator.accumulator_ref.op.name
-    applies = [op for op in graph.get_operations() if op.type == "SparseAccumulatorApplyGradient"
-               and op.inputs[0].op.name == name]
-    assert len(applies) == 1
-    return applies[0]
 
 
 def test_malformed_sparse_payloads_fail_naming_the_tensor():
