@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,6 +46,25 @@ def tcp_bytes(pid):
         sent += int(acked.group(1)) if acked else 0
         received += int(got.group(1)) if got else 0
     return sent, received
+
+
+def lockstep(sync_dir, index, count):
+    """Marks this worker's step count and waits for the other worker's: with
+    free-running workers one can take both tokens of a step and the other
+    then waits for ever at the end."""
+    mine = os.path.join(sync_dir, f"worker{index}")
+    with open(mine + ".tmp", "w") as f:
+        f.write(str(count))
+    os.replace(mine + ".tmp", mine)
+    other = os.path.join(sync_dir, f"worker{1 - index}")
+    while True:
+        try:
+            with open(other) as f:
+                if int(f.read() or 0) >= count:
+                    return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.01)
 
 
 def run_worker(args):
@@ -74,9 +94,17 @@ def run_worker(args):
     config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", device])
     with training_session(server.target, args.index == 0,
                           [opt.make_session_run_hook(args.index == 0)], config=config) as sess:
+        done = 0
+
         def step():
+            nonlocal done
             feed = {ids: rng.choice(ROWS, LOOKUPS, replace=False)}
-            return sess.run([train, opt.step_traffic, payload], feed)[1:]
+            out = sess.run([train, opt.step_traffic, payload], feed)[1:]
+            done += 1
+            lockstep(args.sync_dir, args.index, done)
+            return out
+
+        index_bytes = 0
 
         for _ in range(args.warmup):
             step()
@@ -88,13 +116,16 @@ def run_worker(args):
             counted["pushed"] += int(traffic["pushed"])
             counted["pulled"] += int(traffic["pulled"])
             serialized += sum(len(tf.make_tensor_proto(t).SerializeToString()) for t in tensors)
+            index_bytes += len(tensors[0])  # the Golomb-Rice row index code
         kernel_after = tcp_bytes(os.getpid())
         check = opt.local_copy_check(sess)
         dense = int(sess.run(opt.traffic["float32_bytes_per_step"]))
+        lockstep(args.sync_dir, args.index, done + 1)  # the chief closes (and the queue) last
     print(json.dumps({
         "worker": args.index, "steps": args.steps, "dense": dense,
         "pushed": counted["pushed"] / args.steps, "pulled": counted["pulled"] / args.steps,
         "push_serialized": serialized / args.steps,
+        "bits_per_index": 8 * index_bytes / (args.steps * LOOKUPS[0] * LOOKUPS[1]),
         "kernel_sent": (kernel_after[0] - kernel_before[0]) / args.steps,
         "kernel_received": (kernel_after[1] - kernel_before[1]) / args.steps,
         "local_copy_check": check}), flush=True)
@@ -116,25 +147,34 @@ def launch(args, compressor):
     cluster = json.dumps({"ps": [f"127.0.0.1:{ports[0]}"],
                           "worker": [f"127.0.0.1:{p}" for p in ports[1:]]})
     base = [sys.executable, os.path.abspath(__file__), "--cluster", cluster,
-            "--compressor", compressor, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+            "--compressor", compressor, "--steps", str(args.steps), "--warmup", str(args.warmup),
+            "--sync_dir", tempfile.mkdtemp(prefix="bench_sparse_")]
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     ps = subprocess.Popen(base + ["--role", "ps"], env=env, stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
+    logs = [tempfile.TemporaryFile("w+") for _ in range(2)]
     workers = [subprocess.Popen(base + ["--role", "worker", "--index", str(i)], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for i in range(2)]
+                                stdout=log, stderr=subprocess.STDOUT, text=True)
+               for i, log in enumerate(logs)]
+    deadline = time.time() + args.timeout
     try:
-        outputs = [w.communicate(timeout=args.timeout) for w in workers]
+        # One failed worker would leave the other waiting for ever: stop at the first failure.
+        while any(w.poll() is None for w in workers) and time.time() < deadline:
+            if any(w.poll() not in (None, 0) for w in workers):
+                break
+            time.sleep(1)
     finally:
         for proc in workers + [ps]:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
     results = []
-    for (out, err), proc in zip(outputs, workers):
+    for log, proc in zip(logs, workers):
+        log.seek(0)
+        out = log.read()
         lines = [l for l in out.splitlines() if l.startswith("{")]
         if proc.returncode != 0 or not lines:
-            raise SystemExit(f"worker failed ({proc.returncode}):\n{err[-3000:]}")
+            raise SystemExit(f"worker failed ({proc.returncode}):\n{out[-3000:]}")
         results.append(json.loads(lines[-1]))
     return results
 
@@ -151,7 +191,8 @@ def report(compressor, results):
               f"{r['push_serialized']:>12,.0f}{r['kernel_sent']:>13,.0f}{pct(r['kernel_sent']):>9} |"
               f"{r['pulled']:>15,.0f}{pct(r['pulled']):>9}{r['kernel_received']:>13,.0f}"
               f"{pct(r['kernel_received']):>9}  {r['local_copy_check']['equal']}")
-    print(f"dense float32 = {results[0]['dense']:,} B per step each way")
+    print(f"dense float32 = {results[0]['dense']:,} B per step each way; row index code: "
+          + ", ".join(f"{r['bits_per_index']:.2f}" for r in results) + " bits per index")
 
 
 def main():
@@ -163,6 +204,7 @@ def main():
     parser.add_argument("--role", choices=("launcher", "ps", "worker"), default="launcher")
     parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--cluster")
+    parser.add_argument("--sync_dir")
     parser.add_argument("--compressor", default="float32")
     args = parser.parse_args()
     if args.role == "ps":

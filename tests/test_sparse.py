@@ -269,3 +269,41 @@ def test_malformed_sparse_payloads_fail_naming_the_tensor():
                     np.append(good_code, [0, 0])):
             with pytest.raises(tf.errors.InvalidArgumentError, match="model/embedding"):
                 sess.run(decoded, {code: bad})
+
+
+def test_row_error_feedback_keeps_what_was_not_sent_row_by_row():
+    """Worker side of a 3LC row push, step after step: for every row, what
+    the pushes sent plus the row's error buffer equals the sum of the row's
+    gradients (duplicates summed); rows a push does not touch keep their error."""
+    from tlc.optimizer.entry import Entry
+    rows, width, steps = 300, 6, 12
+    rng = np.random.default_rng(3)
+    graph = tf.Graph()
+    with graph.as_default():
+        var = tf.compat.v1.get_variable("ef_table", [rows, width], use_resource=True)
+        indices = tf.compat.v1.placeholder(tf.int64, [None])
+        values = tf.compat.v1.placeholder(tf.float32, [None, width])
+        opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0), 1,
+                                    compressor=ThreeLC(1.0))
+        entry = Entry(var, var, compressed=True)
+        payload = opt._encode_rows(entry, tf.IndexedSlices(values, indices), opt.compressor)  # pylint: disable=protected-access
+        sent_rows, sent_values = opt._decode_rows(entry, payload, opt.compressor)  # pylint: disable=protected-access
+        error, = [v for v in tf.compat.v1.local_variables() if "tlc_push_row_error" in v.name]
+        init = [tf.compat.v1.global_variables_initializer(),
+                tf.compat.v1.local_variables_initializer()]
+    total, sent = np.zeros((rows, width)), np.zeros((rows, width))
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(init)
+        for _ in range(steps):
+            ids = rng.integers(0, rows, 40)  # duplicates and any order
+            grads = rng.standard_normal((40, width)).astype(np.float32)
+            before = sess.run(error)
+            got_rows, got_values = sess.run([sent_rows, sent_values], {indices: ids, values: grads})
+            after = sess.run(error)
+            np.add.at(total, ids, grads)
+            np.add.at(sent, got_rows, got_values)
+            assert got_rows.tolist() == sorted(set(ids.tolist()))
+            untouched = np.setdiff1d(np.arange(rows), ids)
+            assert np.array_equal(after[untouched], before[untouched])
+            assert np.any(after[got_rows] != 0)  # 3LC holds something back
+            np.testing.assert_allclose(sent + after, total, rtol=0, atol=1e-4)
