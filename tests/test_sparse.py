@@ -13,11 +13,13 @@ import pytest
 import tensorflow as tf
 
 import tlc.ops  # noqa: F401  (kernels)
+from tlc import compressors
 from tlc import Float32, SyncReplicasOptimizer, ThreeLC, replica
 from tlc.compressors.indices import decode_rows, encode_rows
 from tlc.job import cluster as cl
 from tlc.session import training_session
 
+# pylint: disable=protected-access  (tests reach the push halves directly)
 TIMEOUT = 300  # s; the machine is shared and busy: generous, never a rate
 
 
@@ -67,7 +69,9 @@ def _worker(spec, server, index, init, ids, weights, steps, optimizer, local, ba
             with replica.local_copies(device) if local else contextlib.nullcontext():
                 emb = tf.compat.v1.get_variable("emb", initializer=tf.constant(init),
                                                 use_resource=True)
-            looked_up = tf.nn.embedding_lookup(emb, tf.constant(ids, tf.int64))
+            per_step = isinstance(ids[0], (list, tuple))  # a list of ids for each step
+            ids_fed = tf.compat.v1.placeholder(tf.int64, [None])
+            looked_up = tf.nn.embedding_lookup(emb, ids_fed)
             if weights is not None:
                 looked_up *= tf.constant(weights, tf.float32)
             loss = tf.reduce_sum(looked_up)
@@ -81,7 +85,7 @@ def _worker(spec, server, index, init, ids, weights, steps, optimizer, local, ba
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", device])
         with training_session(server.target, index == 0, hooks, config=config) as sess:
             for step in range(1, steps + 1):
-                sess.run(train)
+                sess.run(train, {ids_fed: ids[step - 1] if per_step else ids})
                 if step == 1:
                     # Initial tokens let step 1 return before the update; step
                     # 2's push (made with the step-1 token) is then stale and
@@ -227,7 +231,7 @@ def test_malformed_sparse_pushes_fail_naming_the_tensor(compressor):
         # tensors have static shapes the client would refuse to feed).
         fed = [tf.compat.v1.placeholder(t.dtype) for t in entry.push_payload]
         with tf.device("/job:ps/task:0"), tf.name_scope("tlc_decode_push/hostile_table"):
-            indices, values = opt._decode_rows(entry, fed, opt.compressor)  # pylint: disable=protected-access
+            indices, values = opt._decode_rows(entry, fed, opt.compressor)
             push = entry.accumulator.apply_grad(indices, values, grad_shape=[500, 8],
                                                 local_step=0)
         count = entry.accumulator.num_accumulated()
@@ -286,8 +290,8 @@ def test_row_error_feedback_keeps_what_was_not_sent_row_by_row():
         opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0), 1,
                                     compressor=ThreeLC(1.0))
         entry = Entry(var, var, compressed=True)
-        payload = opt._encode_rows(entry, tf.IndexedSlices(values, indices), opt.compressor)  # pylint: disable=protected-access
-        sent_rows, sent_values = opt._decode_rows(entry, payload, opt.compressor)  # pylint: disable=protected-access
+        payload = opt._encode_rows(entry, tf.IndexedSlices(values, indices), opt.compressor)
+        sent_rows, sent_values = opt._decode_rows(entry, payload, opt.compressor)
         error, = [v for v in tf.compat.v1.local_variables() if "tlc_push_row_error" in v.name]
         init = [tf.compat.v1.global_variables_initializer(),
                 tf.compat.v1.local_variables_initializer()]
@@ -307,3 +311,57 @@ def test_row_error_feedback_keeps_what_was_not_sent_row_by_row():
             assert np.array_equal(after[untouched], before[untouched])
             assert np.any(after[got_rows] != 0)  # 3LC holds something back
             np.testing.assert_allclose(sent + after, total, rtol=0, atol=1e-4)
+
+
+def test_inner_optimizer_that_moves_every_row_pulls_every_row():
+    """TF's Adam: its sparse update moves rows the gradient did not touch, so
+    the local copies pull the whole delta (sparse pulls would leave them stale)."""
+    init = np.arange(12, dtype=np.float32).reshape(6, 2)
+    ids = ([[4, 0], [1], [1], [4]], [[2, 0], [3], [3], [2]])  # per step
+
+    def observe(sess, opt, emb, master):
+        return sess.run(emb), (opt.local_copy_check(sess) if isinstance(
+            opt, SyncReplicasOptimizer) else None)
+
+    adam = lambda: tf.compat.v1.train.AdamOptimizer(0.5)  # noqa: E731
+    tf_value = run_cluster(init, ids, steps=4, optimizer="tf", inner=adam)[0][0]
+    runs = run_cluster(init, ids, steps=4, local=True, compressor=Float32(),
+                       compress_threshold=0, inner=adam, on_worker=observe)
+    assert runs[0][0].tobytes() == tf_value.tobytes()
+    # Row 0 is only in update 1's gradient (step 2's pushes are the stale,
+    # dropped ones), yet Adam moves it in updates 2 and 3: a rows-only pull
+    # would leave it behind in the local copies.
+    for _, (local, check) in runs:
+        assert check["equal"] is True, check
+        np.testing.assert_allclose(local, tf_value, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", compressors.names())
+def test_every_compressor_pushes_rows(name):
+    """Each registered compressor carries rows (schemes that cannot, e.g.
+    fixed-size ones, send them as float32): distinct rows ascending, one
+    value row each, duplicates summed; exact where the scheme is float32."""
+    from tlc.optimizer.entry import Entry
+    ids = np.array([7, 3, 7, 250, 0, 3], np.int64)
+    grads = np.random.default_rng(4).standard_normal((6, 5)).astype(np.float32)
+    graph = tf.Graph()
+    with graph.as_default():
+        var = tf.compat.v1.get_variable("table", [300, 5], use_resource=True)
+        opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0), 1,
+                                    compressor=compressors.create(name))
+        entry = Entry(var, var, compressed=True)
+        comp = opt._rows_compressor(entry)
+        payload = opt._encode_rows(entry, tf.IndexedSlices(tf.constant(grads), tf.constant(ids)),
+                                   comp)
+        decoded = opt._decode_rows(entry, payload, comp)
+        init = [tf.compat.v1.global_variables_initializer(),
+                tf.compat.v1.local_variables_initializer()]
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(init)
+        rows, values = sess.run(decoded)
+    if isinstance(comp, Float32):
+        assert rows.tolist() == ids.tolist() and values.tobytes() == grads.tobytes()
+        assert comp is not opt.compressor or name == "float32"
+    else:
+        assert rows.tolist() == [0, 3, 7, 250] and values.shape == (4, 5)
+        assert np.all(np.isfinite(values))

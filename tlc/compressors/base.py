@@ -49,6 +49,9 @@ class Compressor(abc.ABC):
     # False for schemes that make no sense for model pulls (the optimizer then
     # pulls float32 unless told otherwise).
     supports_pull = True
+    # False for schemes that need a fixed-size tensor or their own memory:
+    # the rows of a sparse gradient (any count each step) then go as float32.
+    supports_rows = True
 
     def make_memory(self, num_elements, name):
         """Per-tensor state on the sender's host CPU, made once by the optimizer

@@ -64,7 +64,9 @@ class SparseRows:
     """Mixin of SyncReplicasOptimizer: row-sparse push, PS average and pull."""
 
     def _rows_compressor(self, entry):
-        return self._compressor if entry.compressed else Float32()
+        if entry.compressed and self._compressor.supports_rows:
+            return self._compressor
+        return Float32()
 
     # ------------------------------------------------------------- push --
     def _push_rows(self, entry, grad, sender):
@@ -148,9 +150,13 @@ class SparseRows:
         return indices, values
 
     # ------------------------------------------------------------- pull --
+    def _row_pull_compressor(self):
+        return self._pull_compressor if self._pull_compressor.supports_rows else Float32()
+
     def _pulls_rows(self, entry):
-        return (entry.aggregated is not None and entry.compressed and entry.has_local_copy
-                and type(self._opt) in LAZY_SPARSE_OPTIMIZERS)  # pylint: disable=unidiomatic-typecheck
+        # The exact class: a subclass may well override the sparse update.
+        lazy = type(self._opt) in LAZY_SPARSE_OPTIMIZERS  # pylint: disable=unidiomatic-typecheck
+        return entry.aggregated is not None and entry.compressed and entry.has_local_copy and lazy
 
     def _build_row_pull(self, entry, step):
         """Logs the compressed (master - shadow) of the rows this step
@@ -163,8 +169,9 @@ class SparseRows:
                 rows = sorted_unique(tf.cast(entry.aggregated.indices, tf.int64))
                 delta = tf.gather(master, rows) - tf.gather(entry.shadow, rows)
                 flat = tf.reshape(delta, [-1])
-                payload = self._pull_compressor.compress(flat)
-                decoded = self._pull_compressor.decompress(payload, tf.size(flat, out_type=tf.int64))
+                compressor = self._row_pull_compressor()
+                payload = compressor.compress(flat)
+                decoded = compressor.decompress(payload, tf.size(flat, out_type=tf.int64))
                 assign = tf.compat.v1.scatter_add(entry.shadow, rows, tf.reshape(decoded, shape))
                 record = (encode_rows(rows, master.shape[0]),) + tuple(payload)
                 entry.payload_dtypes = [t.dtype for t in record]
@@ -183,7 +190,7 @@ class SparseRows:
                           for j, dtype in enumerate(entry.payload_dtypes)]
                 rows = decode_rows(record[0], entry.master.shape[0], entry.master.op.name)
                 count = tf.size(rows, out_type=tf.int64) * row_shape(entry.master).num_elements()
-                decoded = self._pull_compressor.decompress(record[1:], count)
+                decoded = self._row_pull_compressor().decompress(record[1:], count)
                 applied.append(tf.compat.v1.scatter_add(
                     entry.local, rows,
                     tf.reshape(decoded, [-1] + row_shape(entry.master).as_list())))
