@@ -102,33 +102,28 @@ class SparseRows:
                                       tf.reduce_all(tf.equal(rank, tf.range(tf.size(rank)))))
             order = tf.cond(in_order, lambda: tf.zeros([0], order_dtype),
                             lambda: tf.cast(rank, order_dtype))
-            return (encode_rows(rows, num_rows), order) + compressor.compress(
-                tf.reshape(values, [-1]))
-        summed = tf.math.unsorted_segment_sum(values, rank, tf.size(rows))
-        flat = tf.reshape(summed, [-1])
+            return (encode_rows(rows, num_rows), order) + tuple(compressor.compress(
+                tf.reshape(values, [-1])))
+        summed = tf.reshape(tf.math.unsorted_segment_sum(values, rank, tf.size(rows)), [-1])
         if compressor.uses_memory:
-            flat, remember = self._row_error_feedback(entry, compressor, rows, flat, num_rows,
-                                                      width)
+            payload = self._compress_with_row_error(entry, compressor, rows, summed)
         else:
-            remember = lambda payload: payload  # noqa: E731
-        payload = compressor.compress(flat)
-        return (encode_rows(rows, num_rows), tf.zeros([0], order_dtype)) + remember(payload)
+            payload = tuple(compressor.compress(summed))
+        return (encode_rows(rows, num_rows), tf.zeros([0], order_dtype)) + payload
 
-    def _row_error_feedback(self, entry, compressor, rows, flat, num_rows, width):
-        """(gradient rows + their error, a function that keeps what a payload
-        did not send in the error buffer and passes the payload on)."""
+    def _compress_with_row_error(self, entry, compressor, rows, flat):
+        """Compresses the rows plus their error; keeps what was not sent as
+        those rows' new error (the other rows' error is left as it is)."""
+        shape = [entry.master.shape[0], row_shape(entry.master).num_elements()]
         error = self._local_variable(0, tf.float32, entry.master.op.name + "/tlc_push_row_error",
-                                     shape=[num_rows, width])
+                                     shape=shape)
         corrected = flat + tf.reshape(tf.gather(error, rows), [-1])
-
-        def remember(payload):
-            sent = compressor.decompress(payload, tf.size(corrected, out_type=tf.int64))
-            update = tf.compat.v1.scatter_update(error, rows,
-                                                 tf.reshape(corrected - sent, [-1, width]))
-            with tf.control_dependencies([update]):
-                return tuple(tf.identity(t) for t in payload)
-
-        return corrected, remember
+        payload = tuple(compressor.compress(corrected))
+        sent = compressor.decompress(payload, tf.size(corrected, out_type=tf.int64))
+        update = tf.compat.v1.scatter_update(error, rows,
+                                             tf.reshape(corrected - sent, [-1, shape[1]]))
+        with tf.control_dependencies([update]):
+            return tuple(tf.identity(t) for t in payload)
 
     def _decode_rows(self, entry, payload, compressor):
         """(row index per gradient row, values) from a push payload, checked."""
@@ -170,7 +165,7 @@ class SparseRows:
                 delta = tf.gather(master, rows) - tf.gather(entry.shadow, rows)
                 flat = tf.reshape(delta, [-1])
                 compressor = self._row_pull_compressor()
-                payload = compressor.compress(flat)
+                payload = tuple(compressor.compress(flat))
                 decoded = compressor.decompress(payload, tf.size(flat, out_type=tf.int64))
                 assign = tf.compat.v1.scatter_add(entry.shadow, rows, tf.reshape(decoded, shape))
                 record = (encode_rows(rows, master.shape[0]),) + tuple(payload)
