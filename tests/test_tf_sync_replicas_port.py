@@ -20,7 +20,6 @@ import tensorflow as tf
 from local_cluster import create_local_cluster
 from tlc import Float32, SyncReplicasOptimizer, replica
 
-SPARSE_XFAIL = pytest.mark.xfail(strict=True, reason="sparse path: branch h11s")
 
 
 def make_tf(opt, replicas_to_aggregate, total_num_replicas):
@@ -326,11 +325,7 @@ def local_copies_for(implementation):
 
 # --- Not in TF's file: sparse rows as SparseConditionalAccumulator averages them
 
-SPARSE_CASES = [name if name == "tf" else pytest.param(name, marks=SPARSE_XFAIL)
-                for name in IMPLEMENTATIONS]
-
-
-@pytest.mark.parametrize("implementation", SPARSE_CASES)
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_sparse_rows_averaged_over_the_pushes_that_touched_them(implementation):
     """Worker 0 looks up rows [0, 2], worker 1 rows [1, 2]: each row's update
     is the mean over the pushes that touched it (row 0: worker 0's alone),

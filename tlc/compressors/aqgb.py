@@ -122,6 +122,8 @@ class MultiLevel(_ErrorMemory):
     """ratio: compression vs float32, in [1, 32/12]; partitions: equal-size
     chunks mixing the two levels around 32/ratio bits per value."""
 
+    supports_rows = False  # needs a statically known size
+
     def __init__(self, ratio=2.0, partitions=16):
         ratio = float(ratio)
         if not 1.0 <= ratio <= 32 / LEVELS[0]:
@@ -165,6 +167,8 @@ class ControlledLevels(_ErrorMemory):
     """One level per tensor, read each step from a knob (bits per value) that
     tlc.controller.LevelController sets; `knobs` maps memory names to knobs
     in creation (= variable) order, `knob_elements` their sizes."""
+
+    supports_rows = False  # needs a statically known size
 
     def __init__(self, initial_level=16, pull_ratio=2.0):
         if initial_level not in LEVELS:

@@ -57,6 +57,10 @@ class Compressor(abc.ABC):
         """The dtype compress() is given for a variable of `dtype`."""
         return dtype if self.lossless else tf.float32
 
+    # False for schemes that need a fixed-size tensor or their own memory:
+    # the rows of a sparse gradient (any count each step) then go as float32.
+    supports_rows = True
+
     def make_memory(self, num_elements, name):
         """Per-tensor state on the sender's host CPU, made once by the optimizer
         (None for stateless schemes). The default is one float32 error buffer;

@@ -47,6 +47,7 @@ def _power_of_two(k):
 class VarianceBased(Compressor):
     uses_memory = True
     supports_pull = False  # needs per-example statistics: pushes only
+    supports_rows = False  # needs its per-tensor memory
 
     def __init__(self, alpha=1.0, zeta=0.999, tau=None, positions="int32"):
         alpha, zeta = float(alpha), float(zeta)

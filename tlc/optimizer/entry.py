@@ -11,6 +11,8 @@ class Entry:
         self.log = None             # PS: step -> serialized pull payload
         self.payload_dtypes = None
         self.accumulator = None
+        self.aggregated = None      # PS: the averaged IndexedSlices (row-sparse gradients)
+        self.push_payload = None    # row-sparse gradients: the tensors a push sends
 
     @property
     def has_local_copy(self):

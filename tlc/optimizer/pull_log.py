@@ -8,6 +8,8 @@ class PullLog:
 
     def _build_pull_compression(self, entry, step):
         """Compresses master - shadow once, applies it to the shadow, logs it."""
+        if self._pulls_rows(entry):  # row-sparse gradients: only changed rows (sparse.py)
+            return self._build_row_pull(entry, step)
         master, base = entry.master, entry.master.op.name
         with tf.device(master.device):
             # Filled from the master by the chief's init op (see _build_init_ops).
@@ -23,18 +25,24 @@ class PullLog:
                 updated = self._pull_accumulate(shadow, payload)
                 assign = entry.shadow.assign(tf.reshape(updated, master.shape), read_value=False)
                 record = tf.stack([tf.io.serialize_tensor(t) for t in payload])
+            return self._log_record(entry, step, record, len(payload), assign)
+
+    def _log_record(self, entry, step, record, width, applied):
+        """Logs `record` (width serialized tensors) under `step` on the master's PS."""
+        base = entry.master.op.name
+        with tf.device(entry.master.device):
             # Outside the control dependencies: workers look the log up too.
             # Shared by node name across every worker's graph, and saved with
             # checkpoints so it stays consistent with the shadow.
             entry.log = tf.lookup.experimental.MutableHashTable(
-                tf.int64, tf.string, default_value=[""] * len(payload),
+                tf.int64, tf.string, default_value=[""] * width,
                 name=base.replace("/", "_") + "_tlc_pull_log", checkpoint=True)
             with tf.control_dependencies([step]):
                 key = tf.cast(step, tf.int64)
                 logged = entry.log.insert(key[None], record[None])
                 with tf.control_dependencies([logged]):
                     pruned = entry.log.remove((key - self._pull_log_size)[None])
-            return tf.group(assign, pruned)
+            return tf.group(applied, pruned)
 
     def _pull_accumulate(self, value, payload):
         """value + the payload's delta, in the pull compressor's dtype and back:

@@ -18,16 +18,23 @@ class Push:
             master = var if master is None else master
             if grad is None:
                 continue
-            if isinstance(grad, tf.IndexedSlices):
-                grad = tf.convert_to_tensor(grad)
             dtype = master.dtype.base_dtype
             if not dtype.is_floating:
                 raise ValueError(f"tlc: variable {master.name} is {dtype.name}; only float "
                                  "variables can be trained")
+            if isinstance(grad, tf.IndexedSlices) and dtype != tf.float32:
+                raise ValueError(f"tlc: variable {master.name} has a sparse (IndexedSlices) "
+                                 f"gradient of {dtype.name}; sparse pushes are float32 only")
             entry = Entry(var, master, master.shape.num_elements() >= self._compress_threshold)
             self._entries.append(entry)
             base = master.op.name
             sender = replica.host_device(var.device if entry.has_local_copy else self._worker_host)
+            if isinstance(grad, tf.IndexedSlices):  # rows stay rows (sparse.py)
+                push, nbytes = self._push_rows(entry, grad, sender)
+                push_ops.append(push)
+                aggregated.append((entry.aggregated, master))
+                push_bytes += nbytes
+                continue
             with tf.device(sender):
                 if entry.compressed:
                     memory = self._compressor.make_memory(entry.num_elements,

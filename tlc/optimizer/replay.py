@@ -27,7 +27,7 @@ class Replay:
                 behind = server_version - local_version
                 count = tf.clip_by_value(behind, 0, self._pull_log_size)
                 keys = tf.range(local_version + 1, local_version + 1 + count)
-        replayed, records, pulled = [], [], tf.constant(0, tf.int64)
+        replayed, records, row_records, pulled = [], [], [], tf.constant(0, tf.int64)
         found = tf.logical_and(behind >= 0, behind <= self._pull_log_size)
         for entry in self._entries:
             if not entry.has_local_copy:
@@ -42,7 +42,7 @@ class Replay:
                 with tf.device(self._worker_host):
                     found = tf.logical_and(found, present)
                     pulled += size
-                records.append((entry, rows))
+                (row_records if self._pulls_rows(entry) else records).append((entry, rows))
             else:
                 # After the token, like the compressed variables' log lookups:
                 # a read before it could see the master one update behind.
@@ -54,7 +54,7 @@ class Replay:
         with tf.device(self._worker_host):
             self._step_traffic = {"pushed": push_bytes, "pulled": pulled}
             steps = tf.where(found, count, tf.zeros_like(count))
-            replayed += self._replay(records, steps)
+            replayed += self._replay(records, steps) + self._replay_rows(row_records, steps)
             with tf.control_dependencies(replayed):
                 new_version = tf.where(found, server_version, local_version)
                 bookkeeping = [

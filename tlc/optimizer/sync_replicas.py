@@ -11,6 +11,7 @@ from tlc.optimizer.pull_log import PullLog
 from tlc.optimizer.push import Push
 from tlc.optimizer.recovery import Recovery
 from tlc.optimizer.replay import Replay
+from tlc.optimizer.sparse import SparseRows
 
 DEFAULT_COMPRESS_THRESHOLD = 1024  # elements; batch-norm-sized tensors stay float32
 DEFAULT_PULL_LOG_SIZE = 4          # model deltas a PS keeps for workers catching up
@@ -26,7 +27,7 @@ def _as_compressor(value, what):
     return value
 
 
-class SyncReplicasOptimizer(Push, Aggregation, PullLog, Replay, FullSync, Recovery,
+class SyncReplicasOptimizer(Push, SparseRows, Aggregation, PullLog, Replay, FullSync, Recovery,
                             tf.compat.v1.train.Optimizer):
     """tf.compat.v1.train.SyncReplicasOptimizer with gradient and model compression."""
 
