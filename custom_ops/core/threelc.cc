@@ -54,38 +54,91 @@ int64_t FirstNonFinite(const float* x, const float* e, int64_t n) {
   return -1;
 }
 
-// Quantizes, updates the error and packs groups [g0, g1), feeding the bytes to
-// the slice encoder. Returns the number of non-zero q.
-TLC_HOT int64_t QuantizeSlice(const float* x, const float* e_in, float* e_out, int64_t n, float m,
-                      int64_t g0, int64_t g1, ZreSliceEncoder* enc) {
+// q for a value against the threshold h = m/2, as a digit q + 1, and the new
+// error a - m*q.
+inline uint8_t Quantize(float a, float half, float m, float* e_out, int* nonzeros) {
+  const int q = static_cast<int>(a > half) - static_cast<int>(a < -half);
+  *e_out = a - m * static_cast<float>(q);
+  *nonzeros += q != 0;
+  return static_cast<uint8_t>(q + 1);
+}
+
+inline uint8_t PackGroup(const uint8_t* d) {
+  return static_cast<uint8_t>(81 * d[0] + 27 * d[1] + 9 * d[2] + 3 * d[3] + d[4]);
+}
+
+// Quantizes groups [g0, g1) the plain way (also the last, partial group).
+int64_t QuantizeGroups(const float* x, const float* e_in, float* e_out, int64_t n, float m,
+                       int64_t g0, int64_t g1, ZreSliceEncoder* enc) {
   const float half = m * 0.5f;
   uint8_t digits[kChunkGroups * kGroupSize];
   uint8_t packed[kChunkGroups];
-  int64_t nonzeros = 0;
+  int nonzeros = 0;
   for (int64_t g = g0; g < g1; g += kChunkGroups) {
     const int64_t groups = std::min(kChunkGroups, g1 - g);
     const int64_t first = g * kGroupSize;
     const int64_t count = std::min(groups * kGroupSize, n - first);
-    const float* xs = x + first;
-    const float* es = e_in + first;
-    float* eo = e_out + first;
-    int nz = 0;
     for (int64_t i = 0; i < count; ++i) {
-      float a = xs[i] + es[i];
-      int q = static_cast<int>(a > half) - static_cast<int>(a < -half);
-      eo[i] = a - m * static_cast<float>(q);
-      digits[i] = static_cast<uint8_t>(q + 1);
-      nz += q != 0;
+      digits[i] = Quantize(x[first + i] + e_in[first + i], half, m, e_out + first + i, &nonzeros);
     }
-    nonzeros += nz;
     for (int64_t i = count; i < groups * kGroupSize; ++i) digits[i] = 1;  // padding
-    for (int64_t j = 0; j < groups; ++j) {
-      const uint8_t* d = digits + j * kGroupSize;
-      packed[j] = static_cast<uint8_t>(81 * d[0] + 27 * d[1] + 9 * d[2] + 3 * d[3] + d[4]);
-    }
+    for (int64_t j = 0; j < groups; ++j) packed[j] = PackGroup(digits + j * kGroupSize);
     enc->Feed(packed, groups);
   }
   return nonzeros;
+}
+
+// Groups checked at once for the all-zero case: most of a sparse stream.
+constexpr int64_t kSpanGroups = 8;
+constexpr int64_t kSpan = kSpanGroups * kGroupSize;
+
+// e_out = a = x + e for one span; whether any |a| > half. Vectorises (no
+// early exit). e_out may alias e: each element is read before it is written.
+TLC_HOT bool SumSpan(const float* x, const float* e, float half, float* e_out) {
+  int loud = 0;
+  for (int64_t i = 0; i < kSpan; ++i) {
+    const float a = x[i] + e[i];
+    e_out[i] = a;
+    loud |= static_cast<int>(a > half) | static_cast<int>(a < -half);
+  }
+  return loud != 0;
+}
+
+// Quantizes one group of five whose e_out already holds a (in place).
+inline uint8_t QuantizeGroupInPlace(float* a, float half, float m, int* nonzeros) {
+  uint8_t d[kGroupSize];
+  for (int k = 0; k < kGroupSize; ++k) d[k] = Quantize(a[k], half, m, a + k, nonzeros);
+  return PackGroup(d);
+}
+
+// Quantizes, updates the error and packs groups [g0, g1), feeding the bytes to
+// the slice encoder. Returns the number of non-zero q. Whole spans of 40
+// values take a fast path: e_out = a first (a - m*0 == a, bit for bit, so
+// that is already the new error of every zero), then only groups with a
+// value past m/2 are quantized; a span without one is 8 zero groups.
+TLC_HOT int64_t QuantizeSlice(const float* x, const float* e_in, float* e_out, int64_t n, float m,
+                              int64_t g0, int64_t g1, ZreSliceEncoder* enc) {
+  const float half = m * 0.5f;
+  const int64_t spans_end = g0 + std::max<int64_t>(0, std::min(g1, n / kGroupSize) - g0) /
+                                     kSpanGroups * kSpanGroups;
+  int nonzeros = 0;
+  for (int64_t g = g0; g < spans_end; g += kSpanGroups) {
+    const int64_t first = g * kGroupSize;
+    float* a = e_out + first;
+    if (!SumSpan(x + first, e_in + first, half, a)) {
+      enc->FeedZeroGroups(kSpanGroups);
+      continue;
+    }
+    uint8_t packed[kSpanGroups];
+    for (int64_t j = 0; j < kSpanGroups; ++j) {
+      float* group = a + j * kGroupSize;
+      bool loud = false;
+      for (int k = 0; k < kGroupSize; ++k) loud |= (group[k] > half) | (group[k] < -half);
+      packed[j] = loud ? QuantizeGroupInPlace(group, half, m, &nonzeros) : kZeroGroup;
+    }
+    enc->Feed(packed, kSpanGroups);
+  }
+  return nonzeros + QuantizeGroups(x, e_in, e_out, n, m, spans_end, g1, enc);
 }
 
 void PutVarint(uint64_t v, std::vector<uint8_t>* out) {
