@@ -183,7 +183,7 @@ def test_loss_accuracy_and_weight_decay_values():
 
 def test_bad_arguments():
     images = None  # the name and depth are checked before anything is built
-    with pytest.raises(ValueError, match="unknown model 'vgg'; known: resnet110"):
+    with pytest.raises(ValueError, match="unknown model 'vgg'; known: mlp, resnet110"):
         models.build("vgg", images, 10, True)
     with pytest.raises(ValueError, match="6n \\+ 2"):
         models.resnet(images, 21, 10, True)
