@@ -121,3 +121,21 @@ def test_compress_refuses_bad_block_size(block_size):
     with pytest.raises(ValueError, match="block size must be 0 .* or a positive multiple of 5"):
         codec.compress_3lc(np.ones(10, np.float32), np.zeros(10, np.float32), 1.0,
                            block_size=block_size)
+
+
+def test_decompress_into_out():
+    n = 12_345
+    x = gradient_like(n, seed=11, density=0.1)
+    code, m = codec.compress_3lc(x, np.zeros(n, np.float32), 1.5, adaptive=True, block_size=100)
+    out = np.full(n, np.nan, np.float32)
+    result = codec.decompress_3lc(code, m, n, True, block_size=100, out=out)
+    assert result is out or np.shares_memory(result, out)
+    assert np.array_equal(bits(out), bits(codec.decompress_3lc(code, m, n, True, block_size=100)))
+    out[:] = 7
+    bad = m.copy()
+    bad[3] = -1
+    with pytest.raises(ValueError, match="block 3"):
+        codec.decompress_3lc(code, bad, n, True, block_size=100, out=out)
+    assert (out == 7).all()  # validated before anything is written
+    with pytest.raises(ValueError, match="out has 12344 elements, num_elements is 12345"):
+        codec.decompress_3lc(code, m, n, True, block_size=100, out=out[:-1])

@@ -104,13 +104,19 @@ FloatArray Scales(py::object m, int64_t block_size) {
 }
 
 py::array_t<float> Decompress3LC(ByteArray code, py::object m, int64_t n, bool adaptive,
-                                 int num_threads, int64_t block_size) {
+                                 int num_threads, int64_t block_size, py::object out_obj) {
   CheckNonNegative(n, "num_elements");
   if (n > (int64_t{1} << 40)) throw py::value_error("num_elements is absurdly large");
   CheckBlockSize(block_size);
   FloatArray scales = Scales(m, block_size);
   tlc::Executor exec = MakeExecutor(num_threads);
-  py::array_t<float> out(static_cast<py::ssize_t>(n));
+  // `out` (optional) is overwritten in place: no fresh n-element array per call.
+  py::array_t<float> out = out_obj.is_none() ? py::array_t<float>(static_cast<py::ssize_t>(n))
+                                             : InPlaceFloat(out_obj, "out");
+  if (out.size() != n) {
+    throw py::value_error("out has " + std::to_string(out.size()) + " elements, num_elements is " +
+                          std::to_string(n));
+  }
   tlc::Status status;
   {
     py::gil_scoped_release release;
@@ -212,7 +218,8 @@ PYBIND11_MODULE(_codec, m) {
         "float32 scalar (block_size 0) or a float32 array of one scale per block.");
   m.def("decompress_3lc", &Decompress3LC, py::arg("code"), py::arg("m"), py::arg("num_elements"),
         py::arg("adaptive") = false, py::arg("num_threads") = 0, py::arg("block_size") = 0,
-        "Return m*q as float32.");
+        py::arg("out") = py::none(),
+        "Return m*q as float32 (written into `out` when given; on an error out is untouched).");
   m.def("decompress_3lc_accumulate", &Decompress3LCAccumulate, py::arg("code"), py::arg("m"),
         py::arg("out"), py::arg("adaptive") = false, py::arg("num_threads") = 0,
         py::arg("block_size") = 0,
