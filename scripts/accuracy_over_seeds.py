@@ -107,7 +107,10 @@ def main():
     parser.add_argument("--block_size", type=int, default=1000)
     parser.add_argument("--logdir", default="runs/accuracy")
     parser.add_argument("--table_only", action="store_true", help="no runs, just the table")
-    parser.add_argument("--out", help="write the table (markdown) here")
+    parser.add_argument("--out", help="markdown file to put the table in: replaces the part "
+                        "between the accuracy-over-seeds markers, or is appended")
+    parser.add_argument("--heading", default="Accuracy over seeds",
+                        help="section heading (one section per heading)")
     args = parser.parse_args()
     models = args.models.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -123,8 +126,25 @@ def main():
     text = table(logdir, models, labels, seeds, args.steps, args.block_size)
     print(text)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+        write_section(args.out, args.heading, text)
+
+
+def write_section(path, heading, text):
+    """Puts `## heading` + text between markers in `path`, leaving the rest alone."""
+    begin = f"<!-- accuracy_over_seeds: {heading} -->"
+    end = f"<!-- end accuracy_over_seeds: {heading} -->"
+    block = f"{begin}\n## {heading}\n\n{text}\n{end}\n"
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = f.read()
+    except FileNotFoundError:
+        doc = ""
+    if begin in doc and end in doc:
+        doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end) + 1:]
+    else:
+        doc = doc.rstrip("\n") + ("\n\n" if doc else "") + block
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(doc)
 
 
 if __name__ == "__main__":
