@@ -9,6 +9,13 @@ ceiling of memory-bound kernels) and a TF-builtin-ops version of quantize +
 error feedback + base-3^5.
 
   python scripts/bench_codecs.py [--sizes 1,16,64] [--threads 1,2] [--out bench.json]
+  python scripts/bench_codecs.py --one_pass [--one_pass_sizes 1,256] [--block_size 1000]
+
+--one_pass: 1 thread, block-scaled vs per-tensor 3LC against memcpy and against
+the memory-traffic roof (np.add(x, e, out=e): reads x and e and writes e, which
+is all a one-pass compress has to move), on inputs calibrated to real
+gradients' bits/value, at a cache-resident size and one >= 4x the last-level
+cache (read from /sys).
 """
 import argparse
 import concurrent.futures
@@ -41,10 +48,15 @@ def gradient_like(n, seed=0):
     return x, error
 
 
-def best_time(fn, repeats):
+def best_time(fn, repeats, reset=None):
+    """Best of `repeats` timed calls; `reset` (untimed) runs before each."""
+    if reset:
+        reset()
     fn()  # warm up
     times = []
     for _ in range(repeats):
+        if reset:
+            reset()
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
@@ -147,6 +159,100 @@ def _bench_tf_child(n, threads, repeats):
     return results
 
 
+def last_level_cache_bytes():
+    """Largest cache of cpu0 (/sys/devices/system/cpu/cpu0/cache/index*/size)."""
+    sizes = []
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    for entry in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        try:
+            with open(os.path.join(base, entry, "size"), encoding="utf-8") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+        sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes) if sizes else None
+
+
+def gradient_calibrated(n, seed=0, spike_fraction=0.0055):
+    """Synthetic gradient with real gradients' sparsity at every size: a
+    normal bulk (sigma 0.05, under m/2 = 0.5 even at 2^30 values) plus a fixed
+    fraction of values in +-[0.55, 1] and one 1.0, so that per-tensor 3LC at
+    s = 1 sends ~0.055 bits/value whatever n is (tensors this large are what
+    the DRAM-resident benchmark needs; recorded gradients are ~1.7M values)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n, dtype=np.float32)
+    x *= np.float32(0.05)
+    k = int(rng.binomial(n, spike_fraction))
+    where = rng.integers(0, n, k)
+    x[where] = (rng.uniform(0.55, 1.0, k) * rng.choice([-1.0, 1.0], k)).astype(np.float32)
+    x[0] = 1.0
+    return x
+
+
+def bench_one_pass(n, block_size, repeats):
+    """1 thread: compress/decompress GB/s of float32 input and ratios."""
+    x = gradient_calibrated(n)
+    error = np.zeros_like(x)
+    out = np.empty_like(x)
+    r = {"elements": n, "input_MiB": 4 * n / MI}
+    llc = last_level_cache_bytes()
+    r["last_level_cache_MiB"] = llc / MI if llc else None
+    r["resident"] = ("DRAM" if llc and 4 * n >= 4 * llc else
+                     "cache" if llc and 8 * n <= llc else "mixed")
+    t_copy = best_time(lambda: np.copyto(out, x), repeats)
+    t_roof = best_time(lambda: np.add(x, error, out=error), repeats)
+    t_fresh_copy = best_time(lambda: np.copy(x), repeats)  # memcpy into a new array
+    error[:] = 0
+    r["memcpy_GBps"] = gbps(n, t_copy)
+    r["roof_GBps"] = gbps(n, t_roof)  # reads x and e, writes e
+    for label, block in (("block", block_size), ("tensor", 0)):
+        e = np.zeros_like(x)
+        code, m = codec.compress_3lc(x, e, 1.0, True, 1, block_size=block)
+        r[f"bits_per_value_{label}_s1.0"] = round((8 * len(code) + 32 * np.size(m)) / n, 4)
+        # Every call starts from e = 0: the same x added to its own residual
+        # step after step would drift away from the calibrated sparsity.
+        t = best_time(lambda: codec.compress_3lc(x, e, 1.0, True, 1, block_size=block), repeats,
+                      reset=lambda: e.fill(0))
+        r[f"compress_{label}_GBps"] = gbps(n, t)
+        r[f"compress_{label}/memcpy"] = round(t_copy / t, 3)
+        r[f"compress_{label}/roof"] = round(t_roof / t, 3)
+        del e
+        # Into an existing buffer, like the memcpy it is compared with (and
+        # like accumulate into a model); a fresh array adds page faults.
+        t = best_time(lambda: codec.decompress_3lc(code, m, n, True, 1, block_size=block,
+                                                   out=out), repeats)
+        r[f"decompress_{label}_GBps"] = gbps(n, t)
+        r[f"decompress_{label}/memcpy"] = round(t_copy / t, 3)
+        t = best_time(lambda: codec.decompress_3lc(code, m, n, True, 1, block_size=block),
+                      repeats)
+        r[f"decompress_{label}_fresh_array/np.copy"] = round(t_fresh_copy / t, 3)
+    return r
+
+
+ONE_PASS_TARGETS = (("compress_block/memcpy", 0.50), ("decompress_block/memcpy", 0.80))
+
+
+def one_pass_main(args):
+    sizes = [int(float(s) * MI) for s in args.one_pass_sizes.split(",")]
+    runs = []
+    for n in sizes:
+        repeats = 3 if n >= 64 * MI else 10
+        run = bench_one_pass(n, args.block_size, repeats)
+        run["targets"] = {k: {"want": want, "pass": run[k] >= want}
+                          for k, want in ONE_PASS_TARGETS}
+        runs.append(run)
+        print(json.dumps(run), file=sys.stderr, flush=True)
+    report = {"threads": 1, "block_size": args.block_size, "unit": "GB/s of float32 input",
+              "roof": "np.add(x, e, out=e), 1 thread: the bytes a one-pass compress moves",
+              "runs": runs}
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
 TARGETS = (
     ("compress >= 0.20x memcpy (1 thread)", "compress_zre", "memcpy", 0.20),
     ("compress >= 4x TF-builtin pipeline (1 thread)", "tf_compress_zre", "tf_builtin_compress", 4.0),
@@ -159,7 +265,14 @@ def main():
     parser.add_argument("--sizes", default="1,16,64", help="tensor sizes in Mi elements")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--one_pass", action="store_true",
+                        help="only the 1-thread block-scaled benchmark against memcpy and roof")
+    parser.add_argument("--one_pass_sizes", default="1,256", help="Mi elements (256 = 1 GiB)")
+    parser.add_argument("--block_size", type=int, default=1000)
     args = parser.parse_args()
+    if args.one_pass:
+        one_pass_main(args)
+        return
     sizes = [int(float(s) * MI) for s in args.sizes.split(",")]
     thread_counts = [int(t) for t in args.threads.split(",")]
     report = {"cpu_count": os.cpu_count(), "unit": "GB/s of float32 input", "runs": []}

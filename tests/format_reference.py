@@ -36,9 +36,46 @@ def quantize(x, e, s):
     return q, m, new_e.astype(np.float32)
 
 
+def check_block_size(block_size):
+    if not (block_size >= 0 and block_size % 5 == 0 and block_size <= 2**30):
+        raise ValueError("block size must be 0 or a positive multiple of 5")
+
+
+def quantize_blocks(x, e, s, block_size):
+    """Section 1 with block scaling: section 1 on each block of block_size
+    values on its own. Returns (q, scales float32 array, new error)."""
+    check_block_size(block_size)
+    if block_size == 0:
+        q, m, new_e = quantize(x, e, s)
+        return q, np.float32(m), new_e
+    x = np.asarray(x, np.float32)
+    e = np.asarray(e, np.float32)
+    parts = [quantize(x[i:i + block_size], e[i:i + block_size], s)
+             for i in range(0, len(x), block_size)]
+    if not parts:
+        quantize(x, e, s)  # still checks s
+        return np.zeros(0, np.int8), np.zeros(0, np.float32), np.zeros(0, np.float32)
+    return (np.concatenate([p[0] for p in parts]), np.array([p[1] for p in parts], np.float32),
+            np.concatenate([p[2] for p in parts]))
+
+
+def scale_of_each(m, n, block_size):
+    """The scale each of the n elements uses; ValueError for bad scales."""
+    check_block_size(block_size)
+    m = np.asarray(m, np.float32)
+    want = 1 if block_size == 0 else -(-n // block_size)
+    if m.size != want or m.ndim != (0 if block_size == 0 else 1):
+        raise ValueError(f"{m.size} scales for {n} elements, expected {want}")
+    if not np.all(np.isfinite(m) & (m >= 0)):
+        raise ValueError("bad m")
+    if block_size == 0:
+        return np.full(n, m, np.float32)
+    return np.repeat(m, block_size)[:n]
+
+
 def values(q, m):
-    """m*q with +0.0 for the zeros."""
-    m = np.float32(m)
+    """m*q with +0.0 for the zeros (m: one scale, or one per element)."""
+    m = np.asarray(m, np.float32)
     return np.where(q > 0, m, np.where(q < 0, -m, np.float32(0))).astype(np.float32)
 
 
@@ -250,9 +287,10 @@ def golomb_body(q):
                            golomb_encode(nz, b)]).astype(np.uint8)
 
 
-def compress(x, e, s, adaptive=False):
-    """(code, m, new_error) of sections 1-5."""
-    q, m, new_e = quantize(x, e, s)
+def compress(x, e, s, adaptive=False, block_size=0):
+    """(code, m, new_error) of sections 1-5; m is a float32 scalar (block_size
+    0) or an array of one scale per block."""
+    q, m, new_e = quantize_blocks(x, e, s, block_size)
     zre = zre_encode(pack(q))
     if not adaptive:
         return zre, m, new_e
@@ -301,18 +339,16 @@ def decode_q(code, n, adaptive=False):
     return q
 
 
-def decompress(code, m, n, adaptive=False):
-    if not (np.isfinite(m) and m >= 0):
-        raise ValueError("bad m")
-    return values(decode_q(code, n, adaptive), m)
+def decompress(code, m, n, adaptive=False, block_size=0):
+    each = scale_of_each(m, n, block_size)
+    return values(decode_q(code, n, adaptive), each)
 
 
-def accumulate(base, code, m, adaptive=False):
+def accumulate(base, code, m, adaptive=False, block_size=0):
     """A new array: base + m*q where q != 0, base's bits elsewhere."""
-    if not (np.isfinite(m) and m >= 0):
-        raise ValueError("bad m")
+    each = scale_of_each(m, len(base), block_size)
     q = decode_q(code, len(base), adaptive)
     out = np.array(base, np.float32, copy=True)
     nz = q != 0
-    out[nz] = out[nz] + values(q, m)[nz]
+    out[nz] = out[nz] + values(q, each)[nz]
     return out

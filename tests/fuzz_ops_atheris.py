@@ -26,7 +26,9 @@ with atheris.instrument_imports():
     from tlc import codec, ops
 
 DECODERS = ("decompress", "decompress_adaptive", "accumulate", "accumulate_adaptive",
-            "unpack_base3", "zre_decode", "golomb_decode")
+            "unpack_base3", "zre_decode", "golomb_decode", "decompress_block", "accumulate_block")
+# Block decoders (adaptive payloads, docs/FORMAT.md 1.1): block sizes, 7 and 0 invalid there.
+BLOCK_SIZES = (5, 10, 250, 1000, 7, 0)
 # No subnormal scale: TF runs kernels with denormals flushed to zero (FTZ/DAZ),
 # so TF's accumulate gives base + 0 where numpy gives base + m (a known
 # front-end difference, reported; custom_ops/fuzz covers subnormal m in the core).
@@ -35,8 +37,30 @@ SPECIAL_BYTES = (0, 1, 0x7F, 0x80, 121, 242, 243, 254, 255)
 COUNTS = {"inputs": 0, "decoded": 0, "crashes": 0}
 
 
+def is_block(name):
+    return name.endswith("_block")
+
+
+def is_adaptive(name):
+    return name.endswith(("adaptive", "_block"))
+
+
+@atheris.instrument_func
+def block_scales(fdp, n, block):
+    """Scales for a block decoder: usually the right count of valid ones, with
+    one replaced by any of SCALES, or a count off by one."""
+    count = -(-n // block) if block > 0 and n >= 0 else 1
+    count = max(0, count + (fdp.ConsumeIntInRange(-1, 1) if fdp.ConsumeIntInRange(0, 7) == 0
+                            else 0))
+    scales = np.full(count, 0.75, np.float32)
+    if count and fdp.ConsumeBool():
+        scales[fdp.ConsumeIntInRange(0, count - 1)] = SCALES[
+            fdp.ConsumeIntInRange(0, len(SCALES) - 1)]
+    return scales
+
+
 @atheris.instrument_func  # its branches (decoder, ok/error) guide the fuzzer
-def valid_code(name, fdp):
+def valid_code(name, fdp, block=0):
     """A valid code for `name` and the n it decodes to, from the encoders."""
     rng = np.random.default_rng(fdp.ConsumeIntInRange(0, 2**32 - 1))
     n = int(rng.integers(0, 3000))
@@ -44,7 +68,8 @@ def valid_code(name, fdp):
     x[rng.random(n) < rng.random()] = 0.0
     if name.startswith(("decompress", "accumulate")):
         code, _ = codec.compress_3lc(x, np.zeros(n, np.float32), 1.0 + rng.random(),
-                                     adaptive=name.endswith("adaptive"))
+                                     adaptive=is_adaptive(name),
+                                     block_size=block if block % 5 == 0 else 5)
         return code, n, 0
     q = np.sign(x).astype(np.int8)
     if name == "golomb_decode":
@@ -60,8 +85,9 @@ def valid_code(name, fdp):
 def make_args(fdp):
     name = DECODERS[fdp.ConsumeIntInRange(0, len(DECODERS) - 1)]
     m = np.float32(SCALES[fdp.ConsumeIntInRange(0, len(SCALES) - 1)])
+    block = BLOCK_SIZES[fdp.ConsumeIntInRange(0, len(BLOCK_SIZES) - 1)] if is_block(name) else 0
     if fdp.ConsumeBool():
-        code, n, b = valid_code(name, fdp)
+        code, n, b = valid_code(name, fdp, block)
         code = bytearray(code.tobytes())
         for _ in range(fdp.ConsumeIntInRange(0, 3)):  # edits: set, insert, truncate
             kind, at = fdp.ConsumeIntInRange(0, 3), fdp.ConsumeIntInRange(0, len(code))
@@ -82,16 +108,19 @@ def make_args(fdp):
         # (golomb_decode allocates no n-sized output: numpy takes n > 2^40, TF not)
         limit = 2 if name == "golomb_decode" else 3
         n = (-1, -(2**62), 2**40 + 1)[fdp.ConsumeIntInRange(0, limit - 1)]
-    return name, np.frombuffer(bytes(code), np.uint8), n, m, b
+    if is_block(name):
+        m = block_scales(fdp, min(max(n, 0), 5000), block)
+    return name, np.frombuffer(bytes(code), np.uint8), n, m, b, block
 
 
 @atheris.instrument_func
-def run_numpy(name, code, n, m, b, base):
+def run_numpy(name, code, n, m, b, block, base):
     if name.startswith("decompress"):
-        return codec.decompress_3lc(code, m, n, adaptive=name.endswith("adaptive"))
+        return codec.decompress_3lc(code, m, n, adaptive=is_adaptive(name), block_size=block)
     if name.startswith("accumulate"):
         out = base.copy()
-        codec.decompress_3lc_accumulate(code, m, out, adaptive=name.endswith("adaptive"))
+        codec.decompress_3lc_accumulate(code, m, out, adaptive=is_adaptive(name),
+                                        block_size=block)
         return out
     if name == "unpack_base3":
         return codec.unpack_base3(code, n)
@@ -101,12 +130,13 @@ def run_numpy(name, code, n, m, b, base):
 
 
 @atheris.instrument_func
-def run_tf(name, code, n, m, b, base):
+def run_tf(name, code, n, m, b, block, base):
     if name.startswith("decompress"):
-        return ops.decompress_3lc(code, m, n, adaptive=name.endswith("adaptive")).numpy()
+        return ops.decompress_3lc(code, m, n, adaptive=is_adaptive(name),
+                                  block_size=block).numpy()
     if name.startswith("accumulate"):
-        return ops.decompress_3lc_accumulate(base, code, m,
-                                             adaptive=name.endswith("adaptive")).numpy()
+        return ops.decompress_3lc_accumulate(base, code, m, adaptive=is_adaptive(name),
+                                             block_size=block).numpy()
     if name == "unpack_base3":
         return ops.unpack_base3(code, n).numpy()
     if name == "zre_decode":
@@ -134,14 +164,19 @@ def test_one_input(data):
 @atheris.instrument_func
 def check_one_input(data):
     fdp = atheris.FuzzedDataProvider(data)
-    name, code, n, m, b = make_args(fdp)
+    name, code, n, m, b, block = make_args(fdp)
     COUNTS["inputs"] += 1
     # accumulate decodes into a tensor of n elements
     base_n = min(max(n, 0), 5000)
     base = (np.arange(base_n, dtype=np.float32) % 7 - 3) * np.float32(0.25)
-    ok_np, out_np = outcome(run_numpy, ValueError, name, code, n, m, b, base)
-    ok_tf, out_tf = outcome(run_tf, tf.errors.InvalidArgumentError, name, code, n, m, b, base)
+    ok_np, out_np = outcome(run_numpy, ValueError, name, code, n, m, b, block, base)
+    ok_tf, out_tf = outcome(run_tf, tf.errors.InvalidArgumentError, name, code, n, m, b, block,
+                            base)
     assert ok_np == ok_tf, f"{name}: numpy ok={ok_np}, TF ok={ok_tf} (n={n}, b={b}, m={m})"
+    if block == 0 and is_block(name):
+        assert not ok_np, f"{name}: block size 0 with block scales accepted"
+    if is_block(name) and ok_np:
+        m = np.repeat(m, block)[:n]  # each element's scale
     if not ok_np:
         return
     COUNTS["decoded"] += 1
@@ -149,7 +184,8 @@ def check_one_input(data):
         f"{name}: numpy and TF outputs differ"
     if name.startswith("decompress"):
         assert out_np.shape == (n,) and np.isfinite(out_np).all()
-        assert np.isin(out_np, [-m, 0.0, m]).all(), f"{name}: value outside {{-m, 0, m}}"
+        assert ((out_np == 0) | (out_np == m) | (out_np == -m)).all(), \
+            f"{name}: value outside {{-m, 0, m}}"
     elif name.startswith("accumulate"):
         assert np.isfinite(out_np).all()
         assert ((out_np == base) | (out_np == base + m) | (out_np == base - m)).all(), \

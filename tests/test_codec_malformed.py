@@ -189,3 +189,68 @@ def test_compress_refuses_bad_arguments():
         codec.decompress_3lc_accumulate(u8(), 1.0, np.zeros(3, np.float64))
     with pytest.raises(tf.errors.InvalidArgumentError, match="must be a scalar"):
         ops.decompress_3lc(ZRE, [1.0, 2.0], N)
+
+
+def block_payload(n=1000, block_size=250):
+    x = np.random.default_rng(5).standard_normal(n).astype(np.float32)
+    code, m = codec.compress_3lc(x, np.zeros(n, np.float32), 1.5, adaptive=True,
+                                 block_size=block_size)
+    return code, m
+
+
+BAD_SCALES = [  # (name, scales for n = 1000 in blocks of 250, message)
+    ("nan", [1.0, np.nan, 1.0, 1.0], "got nan for block 1"),
+    ("inf", [1.0, 1.0, 1.0, np.inf], "got inf for block 3"),
+    ("negative", [-1.0, 1.0, 1.0, 1.0], "got -1.000000 for block 0"),
+    ("too few", [1.0, 1.0, 1.0], "3 scales for 1000 elements, expected 4"),
+    ("too many", [1.0] * 5, "5 scales for 1000 elements, expected 4"),
+    ("none", [], "0 scales for 1000 elements, expected 4"),
+]
+
+
+@pytest.mark.parametrize("name,scales,message", BAD_SCALES, ids=[b[0] for b in BAD_SCALES])
+def test_block_decoders_refuse_bad_scales(name, scales, message):
+    code, _ = block_payload()
+    scales = np.array(scales, np.float32)
+    ref_message = "bad m" if name in ("nan", "inf", "negative") else "scales for"
+    with pytest.raises(ValueError, match=ref_message):
+        ref.decompress(code, scales, 1000, True, 250)
+    with pytest.raises(ValueError, match=message):
+        codec.decompress_3lc(code, scales, 1000, True, block_size=250)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        ops.decompress_3lc(code, scales, 1000, adaptive=True, block_size=250)
+    out = np.ones(1000, np.float32)
+    with pytest.raises(ValueError, match=message):
+        codec.decompress_3lc_accumulate(code, scales, out, True, block_size=250)
+    assert (out == 1).all()
+    tf_base = tf.Variable(np.ones(1000, np.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        ops.decompress_3lc_accumulate(tf_base, code, scales, adaptive=True, block_size=250)
+    assert (tf_base.numpy() == 1).all()
+
+
+def test_block_decoders_refuse_wrong_rank_and_block_size():
+    code, m = block_payload()
+    with pytest.raises(ValueError, match="1-D array of block scales"):
+        codec.decompress_3lc(code, np.float32(1), 1000, True, block_size=250)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="vector of block scales"):
+        ops.decompress_3lc(code, np.float32(1), 1000, adaptive=True, block_size=250)
+    with pytest.raises(ValueError, match="must be a scalar"):
+        codec.decompress_3lc(code, m, 1000, True)  # block scales sent to a per-tensor decoder
+    with pytest.raises(ValueError, match="positive multiple of 5"):
+        codec.decompress_3lc(code, m, 1000, True, block_size=248)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="positive multiple of 5"):
+        ops.decompress_3lc(code, m, 1000, adaptive=True, block_size=248)
+    # The right count for another block size is still caught by the count.
+    with pytest.raises(ValueError, match="4 scales for 1000 elements, expected 2"):
+        codec.decompress_3lc(code, m, 1000, True, block_size=500)
+
+
+def test_block_payload_code_errors_are_the_per_tensor_ones():
+    code, m = block_payload()
+    bad = code.copy()
+    bad[0] = 7
+    with pytest.raises(ValueError, match="unknown payload tag 7"):
+        codec.decompress_3lc(bad, m, 1000, True, block_size=250)
+    with pytest.raises(ValueError):
+        ref.decompress(bad, m, 1000, True, 250)

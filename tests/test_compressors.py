@@ -483,3 +483,35 @@ def test_non_finite_input_fails_and_leaves_memory_alone(name):
     with pytest.raises(tf.errors.InvalidArgumentError, match="non-finite"):
         st.step(bad)
     assert np.array_equal(st.g.run(st.pending), before)
+
+
+@pytest.mark.parametrize("name", ["3lc", "3lc_auto"])
+def test_3lc_block_scaling_pushes_and_pulls(name):
+    """scaling="block": one scale per block travels, the error buffer keeps exactly what was not
+    sent, accumulate (the pull path) equals base + decompress, and each block's own maximum
+    is sent even beside a large outlier (which silences the tensor per tensor)."""
+    comp = compressors.create(name, sparsity_multiplier=1.9, scaling="block", block_size=500)
+    st = Stepper(comp)
+    x = gradient_like(N, 21)
+    x[0] = 1e4  # the outlier
+    payload, decoded = st.step(x)
+    code, m = payload
+    assert m.shape == (N // 500,) and m[0] == np.float32(1.9) * np.float32(1e4)
+    assert np.array_equal(decoded, codec.decompress_3lc(code, m, N, True, block_size=500))
+    assert (np.count_nonzero(decoded.reshape(-1, 500), axis=1) >= 1).all()
+    memory = st.g.run(st.pending)
+    np.testing.assert_array_equal(decoded + memory, x)  # exact, FORMAT.md section 1
+    base = gradient_like(N, 22)
+    with st.g.graph.as_default():
+        acc = comp.accumulate(tf.constant(base), (tf.constant(code), tf.constant(m)))
+    assert np.array_equal(st.g.run(acc), base + decoded)
+    per_tensor, _ = one_step("3lc", x, sparsity_multiplier=1.9)
+    assert np.ndim(per_tensor[1]) == 0
+
+
+@pytest.mark.parametrize("kwargs", [{"scaling": "row"}, {"scaling": "block", "block_size": 0},
+                                    {"scaling": "block", "block_size": 999},
+                                    {"scaling": "block", "block_size": 1000.0}])
+def test_3lc_bad_scaling(kwargs):
+    with pytest.raises(ValueError, match="3lc: (scaling|block_size)"):
+        compressors.create("3lc", **kwargs)

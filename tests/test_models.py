@@ -8,7 +8,7 @@ from tlc.job import models
 
 v1 = tf.compat.v1
 
-SHAPES = {"small_cnn": (28, 28, 1), "resnet20": (32, 32, 3), "resnet32": (32, 32, 3),
+SHAPES = {"small_cnn": (28, 28, 1), "mlp": (28, 28, 1), "resnet20": (32, 32, 3), "resnet32": (32, 32, 3),
           "resnet110": (32, 32, 3)}
 
 
@@ -24,6 +24,7 @@ def resnet_counts(depth, classes=10):
 
 
 SMALL_CNN_PARAMS = 5 * 5 * 1 * 32 + 5 * 5 * 32 * 64 + 7 * 7 * 64 * 512 + 512 + 512 * 10 + 10
+MLP_PARAMS = 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10  # 784-512-512-10
 
 
 def build_graph(name, num_classes=10, training=True):
@@ -35,7 +36,7 @@ def build_graph(name, num_classes=10, training=True):
     return graph, images, logits
 
 
-@pytest.mark.parametrize("name, params", [("small_cnn", SMALL_CNN_PARAMS),
+@pytest.mark.parametrize("name, params", [("small_cnn", SMALL_CNN_PARAMS), ("mlp", MLP_PARAMS),
                                           ("resnet20", 269_722), ("resnet32", 464_154),
                                           ("resnet110", 1_727_962)])
 def test_parameter_counts(name, params):
@@ -52,7 +53,7 @@ def test_parameter_counts(name, params):
         assert all(v.shape.rank == 1 and v.shape[0] <= 64 for v in non_trainable)
     else:
         assert not non_trainable and not updates
-    assert params == pytest.approx({"small_cnn": 1.66e6, "resnet20": 0.27e6, "resnet32": 0.46e6,
+    assert params == pytest.approx({"small_cnn": 1.66e6, "mlp": 0.67e6, "resnet20": 0.27e6, "resnet32": 0.46e6,
                                     "resnet110": 1.7e6}[name], rel=0.02)
 
 
@@ -182,7 +183,7 @@ def test_loss_accuracy_and_weight_decay_values():
 
 def test_bad_arguments():
     images = None  # the name and depth are checked before anything is built
-    with pytest.raises(ValueError, match="unknown model 'vgg'; known: resnet110"):
+    with pytest.raises(ValueError, match="unknown model 'vgg'; known: mlp, resnet110"):
         models.build("vgg", images, 10, True)
     with pytest.raises(ValueError, match="6n \\+ 2"):
         models.resnet(images, 21, 10, True)

@@ -134,3 +134,31 @@ def test_graph_mode_with_one_and_two_threads():
     for c, mm, err, out in results:
         assert c[0] == 1 and np.array_equal(c, ncode) and mm == nm
         assert np.array_equal(out + err, data)
+
+
+@pytest.mark.parametrize("n,density", [(0, 1), (7, 1), (1000, 0.2), (3_000_017, 1),
+                                       (3_000_017, 1e-4)])
+@pytest.mark.parametrize("block_size", [5, 1000])
+def test_block_scaling_same_bytes(n, density, block_size):
+    """Block-scaled 3LC: same code, scales, error and decoded values from both front ends."""
+    x = gradient_like(n, seed=n, density=density)
+    e0 = gradient_like(n, seed=n + 1, density=density) * np.float32(0.01)
+    code, m, new_e = ops.compress_3lc(x, e0, 1.75, adaptive=True, block_size=block_size)
+    e = e0.copy()
+    ncode, nm = codec.compress_3lc(x, e, 1.75, adaptive=True, num_threads=1,
+                                   block_size=block_size)
+    assert m.shape == (-(-n // block_size),) and nm.shape == m.shape
+    assert np.array_equal(code.numpy(), ncode) and np.array_equal(bits(m.numpy()), bits(nm))
+    assert np.array_equal(bits(new_e.numpy()), bits(e))
+    var = tf.Variable(e0)  # the in-place op the optimizer uses
+    vcode, vm = ops.compress_3lc(x, var, 1.75, adaptive=True, block_size=block_size)
+    assert np.array_equal(vcode.numpy(), ncode) and np.array_equal(bits(var.numpy()), bits(e))
+    decoded = ops.decompress_3lc(code, m, n, adaptive=True, block_size=block_size).numpy()
+    assert np.array_equal(bits(decoded), bits(codec.decompress_3lc(ncode, nm, n, True,
+                                                                   block_size=block_size)))
+    base = gradient_like(n, seed=n + 2)
+    out = base.copy()
+    codec.decompress_3lc_accumulate(ncode, nm, out, True, block_size=block_size)
+    tf_out = ops.decompress_3lc_accumulate(tf.constant(base), code, m, adaptive=True,
+                                           block_size=block_size)
+    assert np.array_equal(bits(tf_out.numpy()), bits(out))

@@ -16,32 +16,37 @@ if not os.path.exists(_LIBRARY):
 _ops = tf.load_op_library(_LIBRARY)
 
 
-def compress_3lc(x, error, sparsity_multiplier, adaptive=False, name=None):
+def compress_3lc(x, error, sparsity_multiplier, adaptive=False, name=None, block_size=0):
     """3LC-compresses x + error.
 
-    With `error` a resource tf.Variable: updates it in place (no new buffer)
-    and returns (code, m). With a tensor: returns (code, m, new_error), where
-    new_error = x + error - m*q.
+    m is a float32 scalar with block_size 0 (one scale for the tensor, the
+    paper's) and a vector of one scale per block of block_size values
+    otherwise. With `error` a resource tf.Variable: updates it in place (no
+    new buffer) and returns (code, m). With a tensor: returns
+    (code, m, new_error), where new_error = x + error - m*q.
     """
     s = tf.cast(sparsity_multiplier, tf.float32)
     if isinstance(error, tf.Variable):
         return _ops.tlc_compress3lc_update_error(tf.reshape(x, [-1]), error.handle, s,
-                                                 adaptive=adaptive, name=name)
+                                                 adaptive=adaptive, block_size=block_size,
+                                                 name=name)
     error = tf.convert_to_tensor(error)
     code, m, new_error = _ops.tlc_compress3lc(tf.reshape(x, [-1]), tf.reshape(error, [-1]), s,
-                                              adaptive=adaptive, name=name)
+                                              adaptive=adaptive, block_size=block_size,
+                                              name=name)
     return code, m, tf.reshape(new_error, tf.shape(error))  # error's shape, as documented
 
 
-def decompress_3lc(code, m, num_elements, adaptive=False, name=None):
+def decompress_3lc(code, m, num_elements, adaptive=False, name=None, block_size=0):
     """Returns m*q as a float32 vector of num_elements."""
     return _ops.tlc_decompress3lc(code, m, tf.cast(num_elements, tf.int64), adaptive=adaptive,
-                                  name=name)
+                                  block_size=block_size, name=name)
 
 
-def decompress_3lc_accumulate(base, code, m, adaptive=False, name=None):
+def decompress_3lc_accumulate(base, code, m, adaptive=False, name=None, block_size=0):
     """Returns base + m*q (elements with q == 0 keep base's value)."""
-    return _ops.tlc_decompress3lc_accumulate(base, code, m, adaptive=adaptive, name=name)
+    return _ops.tlc_decompress3lc_accumulate(base, code, m, adaptive=adaptive,
+                                             block_size=block_size, name=name)
 
 
 def pack_base3(q, name=None):

@@ -15,24 +15,39 @@ namespace tlc {
 enum class PayloadTag : uint8_t { kZeroRun = 0, kGolombSigns = 1 };
 
 struct Compress3LCResult {
-  float m = 0.0f;
+  float m = 0.0f;  // the scale when per tensor; the largest scale when per block
   int64_t code_size = 0;
   int64_t nonzeros = 0;
   PayloadTag tag = PayloadTag::kZeroRun;  // meaningful when adaptive
 };
 
-// a = x + error_in; q = 3-value quantization of a with multiplier s;
-// error_out = a - m*q (error_out may alias error_in); code = zero-run(base3(q)),
-// or, when `adaptive`, a tagged payload holding the smaller of that and the
-// Golomb/sign encoding. On any error nothing is written to error_out.
-Status Compress3LC(const float* x, const float* error_in, float* error_out, int64_t n, float s,
-                   bool adaptive, const Executor& exec, const ByteAllocator& alloc,
-                   Compress3LCResult* result);
+// Scaling: block_size == 0 gives one scale m for the whole tensor (the 3LC
+// paper's); block_size > 0 (a multiple of 5, at most kMaxBlockSize) gives one
+// scale per block of block_size consecutive values, so a packed group of five
+// never straddles two blocks.
+constexpr int64_t kMaxBlockSize = int64_t{1} << 30;
+Status CheckBlockSize(int64_t block_size);
+// Scales a tensor of n values carries: 1 per tensor, ceil(n / block_size) per block.
+int64_t NumScales(int64_t n, int64_t block_size);
 
-// out = m*q (accumulate=false) or out += m*q for the non-zero q (accumulate=true).
-// The whole code is validated before anything is written to out.
-Status Decompress3LC(const uint8_t* code, int64_t len, float m, int64_t n, bool adaptive,
-                     bool accumulate, const Executor& exec, float* out);
+// a = x + error_in; q = 3-value quantization of a with multiplier s, against
+// one scale per block (or per tensor); error_out = a - m*q (error_out may alias
+// error_in); code = zero-run(base3(q)), or, when `adaptive`, a tagged payload
+// holding the smaller of that and the Golomb/sign encoding. `scales` receives
+// NumScales(n, block_size) floats.
+// Per-tensor: on any error nothing is written to error_out. Per block (one
+// pass, each block quantized while it is in cache): a non-finite block fails
+// the call, and blocks already quantized hold their new error.
+Status Compress3LC(const float* x, const float* error_in, float* error_out, int64_t n, float s,
+                   int64_t block_size, bool adaptive, const Executor& exec,
+                   const ByteAllocator& alloc, float* scales, Compress3LCResult* result);
+
+// out = m*q (accumulate=false) or out += m*q for the non-zero q (accumulate=true),
+// m being the scale of the element's block. The scales (count, finite, >= 0)
+// and the whole code are validated before anything is written to out.
+Status Decompress3LC(const uint8_t* code, int64_t len, const float* scales, int64_t num_scales,
+                     int64_t n, int64_t block_size, bool adaptive, bool accumulate,
+                     const Executor& exec, float* out);
 
 // Checks s in [1, 2).
 Status CheckSparsityMultiplier(float s);

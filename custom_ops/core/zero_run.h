@@ -48,6 +48,8 @@ class ZreSliceEncoder {
  public:
   ZreSliceEncoder(ZrePart* part, int64_t capacity);
   void Feed(const uint8_t* bytes, int64_t len);
+  // Same as feeding k bytes of 121 (k quiet groups).
+  void FeedZeroGroups(int64_t k) { run_ += k; }
   void Finish();
 
  private:

@@ -1,6 +1,7 @@
 // Checks one decoder call against the reference decoders (see harness.h).
 #include "harness.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
@@ -20,7 +21,7 @@ namespace {
 
 const char* const kNames[kNumDecoders] = {
     "decompress", "decompress_adaptive", "accumulate", "accumulate_adaptive",
-    "unpack_base3", "zre_decode", "golomb_decode"};
+    "unpack_base3", "zre_decode", "golomb_decode", "decompress_block", "accumulate_block"};
 
 // Scales the decoders are called with; the last three must be rejected.
 const float kScales[] = {1.5f,
@@ -62,13 +63,46 @@ bool SameBits(const float* a, const float* b, int64_t n) {
   return n == 0 || std::memcmp(a, b, sizeof(float) * n) == 0;  // data() may be null
 }
 
-bool Check3LC(int decoder, const uint8_t* code, size_t len, int64_t n, float m,
-              const tlc::Executor& exec) {
-  const bool adaptive = decoder == kDecompressAdaptive || decoder == kAccumulateAdaptive;
-  const bool accumulate = decoder == kAccumulate || decoder == kAccumulateAdaptive;
+bool IsBlockDecoder(int decoder) {
+  return decoder == kDecompressBlock || decoder == kAccumulateBlock;
+}
+
+// Block size from header byte 4 (see harness.h); some are invalid.
+int64_t BlockSize(uint8_t raw) {
+  if (raw >= 250) return raw == 250 ? 0 : raw - 240;  // 0 and 11..15: invalid here
+  return 5 * (1 + raw % 64);
+}
+
+// The scales a block decoder is called with (see harness.h).
+std::vector<float> BlockScales(uint8_t selector, int64_t n, int64_t block) {
+  int64_t count = block > 0 ? (n + block - 1) / block : 1;
+  switch (selector >> 4) {
+    case 13: count = std::max<int64_t>(0, count - 1); break;
+    case 14: count += 1; break;
+    case 15: count = 0; break;
+    default: break;
+  }
+  std::vector<float> scales(count);
+  for (int64_t k = 0; k < count; ++k) scales[k] = kScales[k % 6];
+  if (count > 0) scales[count - 1] = kScales[(selector & 15) % kNumScales];
+  return scales;
+}
+
+// block 0: one scale for the tensor.
+bool Check3LC(int decoder, const uint8_t* code, size_t len, int64_t n,
+              const std::vector<float>& scales, int64_t block, const tlc::Executor& exec) {
+  const bool adaptive = decoder == kDecompressAdaptive || decoder == kAccumulateAdaptive ||
+                        IsBlockDecoder(decoder);
+  const bool accumulate =
+      decoder == kAccumulate || decoder == kAccumulateAdaptive || decoder == kAccumulateBlock;
+  // Straight from docs/FORMAT.md: a multiple of 5 (or 0), one scale per block
+  // (or one), each finite and >= 0, and a valid code.
+  const bool block_ok = block >= 0 && block % 5 == 0 && (!IsBlockDecoder(decoder) || block > 0);
+  const size_t want_scales = block > 0 ? static_cast<size_t>((n + block - 1) / block) : 1;
+  bool scales_ok = block_ok && scales.size() == want_scales;
+  for (float m : scales) scales_ok = scales_ok && std::isfinite(m) && m >= 0.0f;
   std::vector<int8_t> q;
-  const bool expect_ok =
-      std::isfinite(m) && m >= 0.0f && RefDecode3LC(code, len, n, adaptive, &q);
+  const bool expect_ok = scales_ok && RefDecode3LC(code, len, n, adaptive, &q);
 
   // Start from a known pattern: untouched on failure, fully defined on success.
   std::vector<float> before(n);
@@ -77,14 +111,16 @@ bool Check3LC(int decoder, const uint8_t* code, size_t len, int64_t n, float m,
                            : std::numeric_limits<float>::quiet_NaN();
   }
   std::vector<float> out = before;
-  const bool ok =
-      tlc::Decompress3LC(code, len, m, n, adaptive, accumulate, exec, out.data()).ok();
+  const bool ok = tlc::Decompress3LC(code, len, scales.data(), scales.size(), n, block, adaptive,
+                                     accumulate, exec, out.data())
+                      .ok();
   if (ok != expect_ok) Fail(decoder, ok ? "accepted an invalid code" : "rejected a valid code");
   if (!ok) {
     if (!SameBits(out.data(), before.data(), n)) Fail(decoder, "failed decode wrote output");
     return false;
   }
   for (int64_t i = 0; i < n; ++i) {
+    const float m = scales[block > 0 ? i / block : 0];
     const float add = q[i] > 0 ? m : -m;
     const float want = accumulate ? (q[i] != 0 ? before[i] + add : before[i])
                                   : (q[i] != 0 ? add : 0.0f);
@@ -166,7 +202,13 @@ bool RunOne(int decoder, const uint8_t* data, size_t size) {
     case kUnpackBase3: ok = CheckUnpack(code, len, n); break;
     case kZreDecode: ok = CheckZre(code, len, n, exec); break;
     case kGolombDecode: ok = CheckGolomb(code, len, b, n); break;
-    default: ok = Check3LC(decoder, code, len, n, m, exec); break;
+    case kDecompressBlock:
+    case kAccumulateBlock: {
+      const int64_t block = BlockSize(data[4]);
+      ok = Check3LC(decoder, code, len, n, BlockScales(data[5], n, block), block, exec);
+      break;
+    }
+    default: ok = Check3LC(decoder, code, len, n, {m}, 0, exec); break;
   }
   if (ok) ++GlobalStats().decoded;
   return ok;
@@ -191,6 +233,18 @@ Bytes MakeSeed(int decoder, bool big, std::mt19937_64& rng) {
   int b = static_cast<int>(rng() % 32);
   uint8_t m_selector = static_cast<uint8_t>(rng() % 6);  // valid scales
   int64_t header_n = n;
+  if (IsBlockDecoder(decoder)) {
+    const uint8_t raw = static_cast<uint8_t>(rng() % 250);
+    std::vector<float> scales(n / 5 + 1);
+    tlc::Compress3LCResult result;
+    const float s = 1.0f + static_cast<float>(rng() % 1000) / 1000.0f;
+    tlc::Compress3LC(x.data(), error.data(), error.data(), n, s, BlockSize(raw), true,
+                     tlc::SerialExecutor(), alloc, scales.data(), &result);
+    Bytes input = {static_cast<uint8_t>(big ? 3 : 0), static_cast<uint8_t>(n),
+                   static_cast<uint8_t>(n >> 8), static_cast<uint8_t>(n >> 16), raw, m_selector};
+    input.insert(input.end(), code.begin(), code.end());
+    return input;
+  }
   if (decoder <= kAccumulateAdaptive) {
     const bool adaptive = decoder == kDecompressAdaptive || decoder == kAccumulateAdaptive;
     // Half the adaptive seeds are tag 0 + a zero-run code even where the
@@ -198,8 +252,9 @@ Bytes MakeSeed(int decoder, bool big, std::mt19937_64& rng) {
     const bool force_zero_run = adaptive && rng() % 2 == 0;
     tlc::Compress3LCResult result;
     const float s = 1.0f + static_cast<float>(rng() % 1000) / 1000.0f;
-    tlc::Compress3LC(x.data(), error.data(), error.data(), n, s, adaptive && !force_zero_run,
-                     tlc::SerialExecutor(), alloc, &result);
+    float m = 0.0f;
+    tlc::Compress3LC(x.data(), error.data(), error.data(), n, s, 0, adaptive && !force_zero_run,
+                     tlc::SerialExecutor(), alloc, &m, &result);
     if (force_zero_run) code.insert(code.begin(), 0);
   } else {
     std::vector<int8_t> q(n);

@@ -55,59 +55,89 @@ void CheckNonNegative(int64_t v, const char* name) {
   if (v < 0) throw py::value_error(std::string(name) + " must be >= 0, got " + std::to_string(v));
 }
 
+void CheckBlockSize(int64_t block_size) { Check(tlc::CheckBlockSize(block_size)); }
+
 py::tuple Compress3LC(FloatArray x, py::object error_obj, double s, bool adaptive,
-                      int num_threads) {
+                      int num_threads, int64_t block_size) {
   py::array_t<float> error = InPlaceFloat(error_obj, "error");
   if (error.size() != x.size()) {
     throw py::value_error("error has " + std::to_string(error.size()) + " elements, x has " +
                           std::to_string(x.size()));
   }
+  CheckBlockSize(block_size);
   tlc::Executor exec = MakeExecutor(num_threads);
   std::vector<uint8_t> code;
+  py::array_t<float> scales(static_cast<py::ssize_t>(tlc::NumScales(x.size(), block_size)));
+  float* scales_out = scales.mutable_data();
   tlc::Compress3LCResult result;
   tlc::Status status;
   {
     py::gil_scoped_release release;
     status = tlc::Compress3LC(
-        x.data(), error.data(), error.mutable_data(), x.size(), static_cast<float>(s), adaptive,
-        exec,
+        x.data(), error.data(), error.mutable_data(), x.size(), static_cast<float>(s), block_size,
+        adaptive, exec,
         [&](int64_t size) {
           code.resize(size);
           return code.data();
         },
-        &result);
+        scales_out, &result);
   }
   Check(status);
   ByteArray out(static_cast<py::ssize_t>(code.size()));
   if (!code.empty()) std::memcpy(out.mutable_data(), code.data(), code.size());
-  return py::make_tuple(out, py::module_::import("numpy").attr("float32")(result.m));
+  if (block_size == 0) {
+    return py::make_tuple(out, py::module_::import("numpy").attr("float32")(result.m));
+  }
+  return py::make_tuple(out, scales);
 }
 
-py::array_t<float> Decompress3LC(ByteArray code, float m, int64_t n, bool adaptive,
-                                 int num_threads) {
+// m as float32: a scalar per tensor, a 1-D array of block scales per block.
+FloatArray Scales(py::object m, int64_t block_size) {
+  FloatArray scales = FloatArray::ensure(m);
+  if (!scales) throw py::value_error("m must be float32 scale(s)");
+  if (block_size == 0 ? scales.ndim() != 0 : scales.ndim() != 1) {
+    throw py::value_error(std::string("m must be a ") +
+                          (block_size == 0 ? "scalar" : "1-D array of block scales") +
+                          ", got " + std::to_string(scales.ndim()) + " dimensions");
+  }
+  return scales;
+}
+
+py::array_t<float> Decompress3LC(ByteArray code, py::object m, int64_t n, bool adaptive,
+                                 int num_threads, int64_t block_size, py::object out_obj) {
   CheckNonNegative(n, "num_elements");
   if (n > (int64_t{1} << 40)) throw py::value_error("num_elements is absurdly large");
+  CheckBlockSize(block_size);
+  FloatArray scales = Scales(m, block_size);
   tlc::Executor exec = MakeExecutor(num_threads);
-  py::array_t<float> out(static_cast<py::ssize_t>(n));
+  // `out` (optional) is overwritten in place: no fresh n-element array per call.
+  py::array_t<float> out = out_obj.is_none() ? py::array_t<float>(static_cast<py::ssize_t>(n))
+                                             : InPlaceFloat(out_obj, "out");
+  if (out.size() != n) {
+    throw py::value_error("out has " + std::to_string(out.size()) + " elements, num_elements is " +
+                          std::to_string(n));
+  }
   tlc::Status status;
   {
     py::gil_scoped_release release;
-    status = tlc::Decompress3LC(code.data(), code.size(), m, n, adaptive, false, exec,
-                                out.mutable_data());
+    status = tlc::Decompress3LC(code.data(), code.size(), scales.data(), scales.size(), n,
+                                block_size, adaptive, false, exec, out.mutable_data());
   }
   Check(status);
   return out;
 }
 
-void Decompress3LCAccumulate(ByteArray code, float m, py::object out_obj, bool adaptive,
-                             int num_threads) {
+void Decompress3LCAccumulate(ByteArray code, py::object m, py::object out_obj, bool adaptive,
+                             int num_threads, int64_t block_size) {
   py::array_t<float> out = InPlaceFloat(out_obj, "out");
+  CheckBlockSize(block_size);
+  FloatArray scales = Scales(m, block_size);
   tlc::Executor exec = MakeExecutor(num_threads);
   tlc::Status status;
   {
     py::gil_scoped_release release;
-    status = tlc::Decompress3LC(code.data(), code.size(), m, out.size(), adaptive, true, exec,
-                                out.mutable_data());
+    status = tlc::Decompress3LC(code.data(), code.size(), scales.data(), scales.size(),
+                                out.size(), block_size, adaptive, true, exec, out.mutable_data());
   }
   Check(status);
 }
@@ -183,11 +213,16 @@ PYBIND11_MODULE(_codec, m) {
   m.doc() = "3LC codec core on numpy arrays (see docs/FORMAT.md).";
   m.def("compress_3lc", &Compress3LC, py::arg("x"), py::arg("error"),
         py::arg("sparsity_multiplier"), py::arg("adaptive") = false, py::arg("num_threads") = 0,
-        "a = x + error; quantize; error <- a - m*q in place; return (code uint8, m float32).");
+        py::arg("block_size") = 0,
+        "a = x + error; quantize; error <- a - m*q in place; return (code uint8, m): m is a "
+        "float32 scalar (block_size 0) or a float32 array of one scale per block.");
   m.def("decompress_3lc", &Decompress3LC, py::arg("code"), py::arg("m"), py::arg("num_elements"),
-        py::arg("adaptive") = false, py::arg("num_threads") = 0, "Return m*q as float32.");
+        py::arg("adaptive") = false, py::arg("num_threads") = 0, py::arg("block_size") = 0,
+        py::arg("out") = py::none(),
+        "Return m*q as float32 (written into `out` when given; on an error out is untouched).");
   m.def("decompress_3lc_accumulate", &Decompress3LCAccumulate, py::arg("code"), py::arg("m"),
         py::arg("out"), py::arg("adaptive") = false, py::arg("num_threads") = 0,
+        py::arg("block_size") = 0,
         "out += m*q in place (elements with q == 0 are untouched).");
   m.def("pack_base3", &PackBase3, py::arg("q"));
   m.def("unpack_base3", &UnpackBase3, py::arg("packed"), py::arg("n"));

@@ -85,10 +85,43 @@ void CopyToOutput(OpKernelContext* ctx, int index, const void* data, int64_t cou
   if (count > 0) std::memcpy((*out)->data(), data, count * elem_size);
 }
 
+// Reads the attrs shared by the 3LC ops: adaptive and block_size.
+void Get3LCAttrs(OpKernelConstruction* ctx, bool* adaptive, int64_t* block_size) {
+  OP_REQUIRES_OK(ctx, ctx->GetAttr("adaptive", adaptive));
+  OP_REQUIRES_OK(ctx, ctx->GetAttr("block_size", block_size));
+  const Status s = CheckBlockSize(*block_size);
+  OP_REQUIRES(ctx, s.ok(), errors::InvalidArgument(s.message()));
+}
+
+// Output `index` holds the scales: a scalar per tensor, a vector per block.
+bool AllocateScales(OpKernelContext* ctx, int index, int64_t n, int64_t block_size,
+                    Tensor** out) {
+  const TensorShape shape =
+      block_size == 0 ? TensorShape({}) : TensorShape({NumScales(n, block_size)});
+  ::tensorflow::Status s = ctx->allocate_output(index, shape, out);
+  if (!s.ok()) ctx->CtxFailureWithWarning(__FILE__, __LINE__, s);
+  return s.ok();
+}
+
+// Checks input `index` is a scalar (per tensor) or a vector (per block) of scales.
+bool ScalesInput(OpKernelContext* ctx, int index, int64_t block_size, const Tensor** scales) {
+  *scales = &ctx->input(index);
+  const TensorShape& shape = (*scales)->shape();
+  const bool ok = block_size == 0 ? ::tensorflow::TensorShapeUtils::IsScalar(shape)
+                                  : ::tensorflow::TensorShapeUtils::IsVector(shape);
+  if (!ok) {
+    ctx->CtxFailure(__FILE__, __LINE__,
+                    errors::InvalidArgument("m must be a ",
+                                            block_size == 0 ? "scalar" : "vector of block scales",
+                                            ", got shape ", shape.DebugString()));
+  }
+  return ok;
+}
+
 class Compress3LCOp : public OpKernel {
  public:
   explicit Compress3LCOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("adaptive", &adaptive_));
+    Get3LCAttrs(ctx, &adaptive_, &block_size_);
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -101,19 +134,18 @@ class Compress3LCOp : public OpKernel {
                                         x.NumElements()));
     Tensor* new_error = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({1}, 2, error.shape(), &new_error));
-    Compress3LCResult result;
-    if (!Ok(ctx, tlc::Compress3LC(x.flat<float>().data(), error.flat<float>().data(),
-                                  new_error->flat<float>().data(), x.NumElements(), s, adaptive_,
-                                  TfExecutor(ctx), OutputBytes(ctx, 0), &result))) {
-      return;
-    }
     Tensor* m = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &m));
-    m->scalar<float>()() = result.m;
+    if (!AllocateScales(ctx, 1, x.NumElements(), block_size_, &m)) return;
+    Compress3LCResult result;
+    Ok(ctx, tlc::Compress3LC(x.flat<float>().data(), error.flat<float>().data(),
+                             new_error->flat<float>().data(), x.NumElements(), s, block_size_,
+                             adaptive_, TfExecutor(ctx), OutputBytes(ctx, 0),
+                             m->flat<float>().data(), &result));
   }
 
  private:
   bool adaptive_;
+  int64_t block_size_;
 };
 
 // Same as Compress3LCOp, but the error buffer is a resource variable updated
@@ -121,7 +153,7 @@ class Compress3LCOp : public OpKernel {
 class Compress3LCUpdateErrorOp : public OpKernel {
  public:
   explicit Compress3LCUpdateErrorOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("adaptive", &adaptive_));
+    Get3LCAttrs(ctx, &adaptive_, &block_size_);
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -146,64 +178,67 @@ class Compress3LCUpdateErrorOp : public OpKernel {
       *error = copy;
     }
     float* e = error->flat<float>().data();
-    Compress3LCResult result;
-    if (!Ok(ctx, tlc::Compress3LC(x.flat<float>().data(), e, e, x.NumElements(), s, adaptive_,
-                                  TfExecutor(ctx), OutputBytes(ctx, 0), &result))) {
-      return;
-    }
     Tensor* m = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &m));
-    m->scalar<float>()() = result.m;
+    if (!AllocateScales(ctx, 1, x.NumElements(), block_size_, &m)) return;
+    Compress3LCResult result;
+    Ok(ctx, tlc::Compress3LC(x.flat<float>().data(), e, e, x.NumElements(), s, block_size_,
+                             adaptive_, TfExecutor(ctx), OutputBytes(ctx, 0),
+                             m->flat<float>().data(), &result));
   }
 
  private:
   bool adaptive_;
+  int64_t block_size_;
 };
 
 class Decompress3LCOp : public OpKernel {
  public:
   explicit Decompress3LCOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("adaptive", &adaptive_));
+    Get3LCAttrs(ctx, &adaptive_, &block_size_);
   }
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& code = ctx->input(0);
-    float m;
+    const Tensor* m;
     int64_t n;
-    if (!Scalar<float>(ctx, 1, "m", &m) || !Size(ctx, 2, "num_elements", &n)) return;
+    if (!ScalesInput(ctx, 1, block_size_, &m) || !Size(ctx, 2, "num_elements", &n)) return;
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &out));
-    Ok(ctx, tlc::Decompress3LC(code.flat<uint8_t>().data(), code.NumElements(), m, n, adaptive_,
-                               false, TfExecutor(ctx), out->flat<float>().data()));
+    Ok(ctx, tlc::Decompress3LC(code.flat<uint8_t>().data(), code.NumElements(),
+                               m->flat<float>().data(), m->NumElements(), n, block_size_,
+                               adaptive_, false, TfExecutor(ctx), out->flat<float>().data()));
   }
 
  private:
   bool adaptive_;
+  int64_t block_size_;
 };
 
 class Decompress3LCAccumulateOp : public OpKernel {
  public:
   explicit Decompress3LCAccumulateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("adaptive", &adaptive_));
+    Get3LCAttrs(ctx, &adaptive_, &block_size_);
   }
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& base = ctx->input(0);
     const Tensor& code = ctx->input(1);
-    float m;
-    if (!Scalar<float>(ctx, 2, "m", &m)) return;
+    const Tensor* m;
+    if (!ScalesInput(ctx, 2, block_size_, &m)) return;
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, base.shape(), &out));
     if (out->data() != base.data() && base.NumElements() > 0) {
       std::memcpy(out->data(), base.data(), base.TotalBytes());
     }
-    Ok(ctx, tlc::Decompress3LC(code.flat<uint8_t>().data(), code.NumElements(), m,
-                               base.NumElements(), adaptive_, true, TfExecutor(ctx),
+    Ok(ctx, tlc::Decompress3LC(code.flat<uint8_t>().data(), code.NumElements(),
+                               m->flat<float>().data(), m->NumElements(), base.NumElements(),
+                               block_size_, adaptive_, true, TfExecutor(ctx),
                                out->flat<float>().data()));
   }
 
  private:
   bool adaptive_;
+  int64_t block_size_;
 };
 
 class PackBase3Op : public OpKernel {

@@ -25,6 +25,14 @@ Status VectorOfScalarInput(InferenceContext* c, int index) {
   return Status();
 }
 
+// The scales: a scalar per tensor (block_size 0), else a vector of blocks.
+Status ScalesShape(InferenceContext* c, int output) {
+  int64_t block_size;
+  TF_RETURN_IF_ERROR(c->GetAttr("block_size", &block_size));
+  c->set_output(output, block_size == 0 ? c->Scalar() : c->Vector(InferenceContext::kUnknownDim));
+  return Status();
+}
+
 }  // namespace
 
 REGISTER_OP("TlcCompress3LC")
@@ -35,13 +43,15 @@ REGISTER_OP("TlcCompress3LC")
     .Output("m: float")
     .Output("new_error: float")
     .Attr("adaptive: bool = false")
+    .Attr("block_size: int = 0")
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
-      c->set_output(1, c->Scalar());
+      TF_RETURN_IF_ERROR(ScalesShape(c, 1));
       c->set_output(2, c->input(1));
       return Status();
     })
-    .Doc("3LC compression with error feedback; new_error = x + error - m*q.");
+    .Doc("3LC compression with error feedback; new_error = x + error - m*q. m is one scale "
+         "(block_size 0) or one per block of block_size values (docs/FORMAT.md).");
 
 REGISTER_OP("TlcCompress3LCUpdateError")
     .Input("x: float")
@@ -50,11 +60,11 @@ REGISTER_OP("TlcCompress3LCUpdateError")
     .Output("code: uint8")
     .Output("m: float")
     .Attr("adaptive: bool = false")
+    .Attr("block_size: int = 0")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
-      c->set_output(1, c->Scalar());
-      return Status();
+      return ScalesShape(c, 1);
     })
     .Doc("3LC compression that updates a float32 resource variable's error buffer in place.");
 
@@ -64,6 +74,7 @@ REGISTER_OP("TlcDecompress3LC")
     .Input("num_elements: int64")
     .Output("values: float")
     .Attr("adaptive: bool = false")
+    .Attr("block_size: int = 0")
     .SetShapeFn([](InferenceContext* c) { return VectorOfScalarInput(c, 2); })
     .Doc("Decodes a 3LC code into m*q.");
 
@@ -73,6 +84,7 @@ REGISTER_OP("TlcDecompress3LCAccumulate")
     .Input("m: float")
     .Output("values: float")
     .Attr("adaptive: bool = false")
+    .Attr("block_size: int = 0")
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(0));
       return Status();

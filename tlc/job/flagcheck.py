@@ -12,7 +12,7 @@ import sys
 COMPRESSOR_NAMES = ("3lc", "3lc_auto", "aqgb", "aqgb_auto", "float32", "int8", "local2",
                     "mqe1bit", "sbc", "sparsify5", "ternary_stochastic", "variance")
 # tlc.job.models.MODELS and tlc.job.data.DATASETS (also checked by the tests).
-MODELS = ("resnet110", "resnet20", "resnet32", "small_cnn")
+MODELS = ("mlp", "resnet110", "resnet20", "resnet32", "small_cnn")
 DATASETS = ("cifar10", "fashion_mnist")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 AT_LEAST_ONE = ("steps", "batch_size", "log_every", "num_ps", "num_workers", "eval_batch",
@@ -46,6 +46,8 @@ def errors(flags):
     found = []
     if not 1.0 <= flags.sparsity_multiplier < 2.0:
         found.append(f"--sparsity_multiplier must be in [1, 2), got {flags.sparsity_multiplier}")
+    if flags.scaling == "block" and not (flags.block_size > 0 and flags.block_size % 5 == 0):
+        found.append(f"--block_size must be a positive multiple of 5, got {flags.block_size}")
     for flag in ("compressor", "pull_compressor"):
         name = getattr(flags, flag)
         if name is not None and name not in COMPRESSOR_NAMES:

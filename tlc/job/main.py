@@ -40,7 +40,7 @@ flags.DEFINE_string("netem_delay", None, "Extra one-way delay with --netem_rate 
 # Model and data.
 flags.DEFINE_string("dataset", "fashion_mnist", "fashion_mnist or cifar10.")
 flags.DEFINE_string("data_dir", None, "Dataset directory (default: the dataset's usual place).")
-flags.DEFINE_string("model", None, "small_cnn, resnet20, resnet32, resnet110 (default: the "
+flags.DEFINE_string("model", None, "small_cnn, mlp, resnet20, resnet32, resnet110 (default: the "
                     "dataset's default model).")
 flags.DEFINE_integer("batch_size", 64, "Per-worker batch size.")
 flags.DEFINE_integer("steps", 600, "Global steps to train.")
@@ -53,6 +53,10 @@ flags.DEFINE_float("weight_decay", 0.0, "L2 weight decay on conv and dense kerne
 flags.DEFINE_string("compressor", "3lc", "Registered compressor name (tlc.compressors.names()).")
 flags.DEFINE_float("sparsity_multiplier", 1.0, "3LC sparsity multiplier s in [1, 2).")
 flags.DEFINE_bool("adaptive", True, "3LC: pick the smaller of zero-run and Golomb encodings.")
+flags.DEFINE_enum("scaling", "tensor", ["tensor", "block"], "3LC: one scale m per tensor (the "
+                  "paper's) or one per block of --block_size values (docs/FORMAT.md 1.1).")
+flags.DEFINE_integer("block_size", 1000, "3LC with --scaling=block: values per scale (a "
+                     "positive multiple of 5).")
 flags.DEFINE_string("compressor_args", "", "Compressor parameters, e.g. p=0.01,delay=2 for sbc.")
 flags.DEFINE_float("push_budget", None, "3lc_auto: seconds a step's push may take (s follows "
                    "the measured link rate); aqgb_auto: time the last layer's push may take.")

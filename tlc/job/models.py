@@ -50,6 +50,15 @@ def small_cnn(images, num_classes, training):
     return _dense(x, num_classes, "logits")
 
 
+def mlp(images, num_classes, training):
+    """784-512-512-10 on Fashion-MNIST: flatten, dense 512, relu, dense 512, relu, dense."""
+    del training
+    x = tf.reshape(images, [-1, images.shape[1] * images.shape[2] * images.shape[3]])
+    x = tf.nn.relu(_dense(x, 512, "fc1"))
+    x = tf.nn.relu(_dense(x, 512, "fc2"))
+    return _dense(x, num_classes, "logits")
+
+
 def batch_norm(x, training, name, decay=BN_DECAY):
     """Batch norm over N, H, W with plain variables: trainable gamma and beta,
     non-trainable moving mean and variance updated through UPDATE_OPS.
@@ -109,6 +118,7 @@ def _resnet(depth):
 
 MODELS = {
     "small_cnn": small_cnn,
+    "mlp": mlp,
     "resnet20": _resnet(20),
     "resnet32": _resnet(32),
     "resnet110": _resnet(110),

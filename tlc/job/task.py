@@ -92,6 +92,8 @@ def compressor_from_flags(name, flags):
     if name in ("3lc", "3lc_auto"):
         kwargs.setdefault("sparsity_multiplier", flags.sparsity_multiplier)
         kwargs.setdefault("adaptive", flags.adaptive)
+        kwargs.setdefault("scaling", flags.scaling)
+        kwargs.setdefault("block_size", flags.block_size)
     try:
         return compressors.create(name, **kwargs)
     except TypeError as e:
