@@ -43,15 +43,12 @@ def entropy_bits(q):
     return float(-(counts * np.log2(counts)).sum() * len(q))
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--json", help="also write the numbers here")
-    args = parser.parse_args()
+def small_cnn_gradients(batch_size):
+    """The small CNN on Fashion-MNIST in graph mode: (batches, images, labels,
+    compressed-size variables, their gradients, a Momentum 0.05/0.9 train op)."""
     tf.compat.v1.disable_eager_execution()
     dataset = data.load("fashion_mnist")
-    batches = data.Batcher(dataset.train_x, dataset.train_y, args.batch_size, seed=0)
+    batches = data.Batcher(dataset.train_x, dataset.train_y, batch_size, seed=0)
     images = tf.compat.v1.placeholder(tf.float32, (None, 28, 28, 1))
     labels = tf.compat.v1.placeholder(tf.int64, (None,))
     logits = models.build("small_cnn", images, 10, training=True)
@@ -60,6 +57,16 @@ def main():
     variables = [v for v in tf.compat.v1.trainable_variables() if v.shape.num_elements() >= 1024]
     grads = tf.gradients(loss, variables)
     train = tf.compat.v1.train.MomentumOptimizer(0.05, 0.9).minimize(loss)
+    return batches, images, labels, variables, grads, train
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--json", help="also write the numbers here")
+    args = parser.parse_args()
+    batches, images, labels, variables, grads, train = small_cnn_gradients(args.batch_size)
     totals = {s: {"values": 0, "zre": 0, "golomb": 0, "adaptive": 0, "entropy": 0.0}
               for s in S_VALUES}
     errors = {s: [np.zeros(v.shape.num_elements(), np.float32) for v in variables]

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 from tlc import codec  # noqa: E402
-from tlc.job import data, models  # noqa: E402
+from bits_per_value import small_cnn_gradients  # noqa: E402  (scripts/)
 
 
 def main():
@@ -34,18 +34,9 @@ def main():
     args = parser.parse_args()
     blocks = [int(b) for b in args.blocks.split(",")]
     s_values = [float(s) for s in args.s.split(",")]
-    tf.compat.v1.disable_eager_execution()
+    tf.compat.v1.disable_eager_execution()  # the seed below is then the graph's
     tf.compat.v1.set_random_seed(0)
-    dataset = data.load("fashion_mnist")
-    batches = data.Batcher(dataset.train_x, dataset.train_y, 64, seed=0)
-    images = tf.compat.v1.placeholder(tf.float32, (None, 28, 28, 1))
-    labels = tf.compat.v1.placeholder(tf.int64, (None,))
-    logits = models.build("small_cnn", images, 10, training=True)
-    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
-                                                                         logits=logits))
-    variables = [v for v in tf.compat.v1.trainable_variables() if v.shape.num_elements() >= 1024]
-    grads = tf.gradients(loss, variables)
-    train = tf.compat.v1.train.MomentumOptimizer(0.05, 0.9).minimize(loss)
+    batches, images, labels, variables, grads, train = small_cnn_gradients(64)
     sizes = [v.shape.num_elements() for v in variables]
     keys = [(s, b) for s in s_values for b in blocks]
     errors = {k: [np.zeros(n, np.float32) for n in sizes] for k in keys}

@@ -2,7 +2,6 @@
 chief and parameter server resuming from a checkpoint, Ctrl-C to the launcher."""
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -18,14 +17,7 @@ BASE_FLAGS = ["--flagfile=configs/fashion_mnist.cfg", "--flagfile=configs/3lc_s1
               "--log_every=5", "--eval_batch=2000"]
 
 
-def chief_step(logdir):
-    """Latest step the chief has printed (0 if none yet)."""
-    try:
-        with open(os.path.join(logdir, "worker0.log"), encoding="utf-8", errors="replace") as f:
-            steps = re.findall(r"^step\s+(\d+)/", f.read(), re.M)
-    except FileNotFoundError:
-        return 0
-    return int(steps[-1]) if steps else 0
+chief_step = launcher.printed_step  # latest step the chief has printed (0 if none yet)
 
 
 def wait_for(predicate, timeout, what):
