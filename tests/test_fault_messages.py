@@ -120,6 +120,21 @@ def test_summary_survives_empty_and_unwritable_files(tmp_path, capsys):
     assert "cannot write" in capsys.readouterr().err
 
 
+def test_summary_survives_a_report_without_counters(tmp_path):
+    # A worker whose session ended early used to leave {"task", "model",
+    # "compressor"} only, and summarize died on a KeyError.
+    spec = cl.local_cluster(1, 2)
+    (tmp_path / "worker0.json").write_text(json.dumps({
+        "task": 0, "bytes_pushed": 10, "bytes_pulled": 20, "worker_steps": 1,
+        "float32_bytes_per_step": 40, "work_done_time": 0.0}))
+    (tmp_path / "worker1.json").write_text(json.dumps({"task": 1, "model": "small_cnn"}))
+    codes = {("ps", 0): 0, ("worker", 0): 1, ("worker", 1): 0}
+    summary = launcher.summarize(str(tmp_path), spec, codes, 1.0, exit_times={"w": 1.0})
+    assert not summary["ok"]
+    assert summary["unreadable_reports"] == {"worker1": "incomplete report"}
+    assert summary["bytes_pushed"] == 10 and summary["worker_steps"] == 1
+
+
 def test_launcher_goes_on_without_a_lost_backup_worker(tmp_path):
     logdir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "tlc.train", *BASE_FLAGS, "--steps=120",

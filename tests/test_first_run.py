@@ -195,4 +195,15 @@ def test_a_failing_task_still_shows_its_error(tmp_path):
     lines = proc.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("tlc: FAILED: "))
     assert len(lines) - start <= report.MAX_LINES
-    assert "failed; see their logs" in proc.stderr
+    assert "tlc: failed tasks: worker0 (exit 1)" in proc.stderr
+    assert "see their logs" in proc.stderr
+    assert "ps0" not in lines[start]  # stopped by the launcher, not failed
+
+
+def test_quiet_import_drops_only_the_start_up_notices():
+    from tlc.job import quiet  # pylint: disable=import-outside-toplevel
+    notices = ("WARNING: All log messages before absl::InitializeLog() is called are written to "
+               "STDERR\nI0000 00:00:1795528120.880766   32186 port.cc:153] oneDNN custom "
+               "operations are on. You may see slightly different numerical results.\n")
+    real = "E0000 00:00:1.0 1 op_kernel.cc:1] something broke\nTraceback (most recent call last):\n"
+    assert quiet.drop_notices(notices + real + notices) == real

@@ -69,7 +69,7 @@ bool IsBlockDecoder(int decoder) {
 
 // Block size from header byte 4 (see harness.h); some are invalid.
 int64_t BlockSize(uint8_t raw) {
-  if (raw >= 250) return raw == 250 ? 0 : raw - 240;  // 0 and 11..15: invalid here
+  if (raw >= 250) return raw == 250 ? 0 : raw - 240;  // 0: per tensor; 11..14: invalid
   return 5 * (1 + raw % 64);
 }
 
@@ -95,9 +95,10 @@ bool Check3LC(int decoder, const uint8_t* code, size_t len, int64_t n,
                         IsBlockDecoder(decoder);
   const bool accumulate =
       decoder == kAccumulate || decoder == kAccumulateAdaptive || decoder == kAccumulateBlock;
-  // Straight from docs/FORMAT.md: a multiple of 5 (or 0), one scale per block
-  // (or one), each finite and >= 0, and a valid code.
-  const bool block_ok = block >= 0 && block % 5 == 0 && (!IsBlockDecoder(decoder) || block > 0);
+  // Straight from docs/FORMAT.md: a multiple of 5, or 0 for one scale per
+  // tensor (valid for the block decoders too); one scale per block (or one),
+  // each finite and >= 0, and a valid code.
+  const bool block_ok = block >= 0 && block % 5 == 0;
   const size_t want_scales = block > 0 ? static_cast<size_t>((n + block - 1) / block) : 1;
   bool scales_ok = block_ok && scales.size() == want_scales;
   for (float m : scales) scales_ok = scales_ok && std::isfinite(m) && m >= 0.0f;

@@ -8,8 +8,8 @@
 //   (some values map to invalid b), m selector: which scale m to decode with
 //   (some are invalid: negative, NaN, inf).
 // Block-scaled decoders (decompress_block, accumulate_block; adaptive):
-//   byte 4 is the block size, 5 * (1 + b % 64), except b >= 250: an invalid
-//   block size (not a multiple of 5, or 0); the low nibble of byte 5 picks the
+//   byte 4 is the block size, 5 * (1 + b % 64), except b >= 250: 0 (one
+//   scale for the tensor) or 11..15 (invalid but 15); the low nibble of byte 5 picks the
 //   last block's scale (the others get valid ones), the high nibble the
 //   number of scales: 0..12 exact, 13 one too few, 14 one too many, 15 none.
 #ifndef TLC_FUZZ_HARNESS_H_

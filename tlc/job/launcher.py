@@ -57,6 +57,11 @@ def default_logdir():
     return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
 
 
+# What a finished worker's report (task.py) always has.
+_REPORT_KEYS = frozenset({"task", "bytes_pushed", "bytes_pulled", "worker_steps",
+                          "float32_bytes_per_step", "work_done_time"})
+
+
 def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=None,
               rate_changes=None, failed=None):
     """Combines the workers' reports into one summary (also written to summary.json)."""
@@ -69,6 +74,10 @@ def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=Non
                     reports.append(json.load(f))
             except (OSError, ValueError) as e:  # e.g. cut short by a full disk
                 unreadable[f"worker{index}"] = str(e)
+                continue
+            if not isinstance(reports[-1], dict) or not _REPORT_KEYS <= reports[-1].keys():
+                unreadable[f"worker{index}"] = "incomplete report"
+                reports.pop()
     pushed = sum(r["bytes_pushed"] for r in reports)
     pulled = sum(r["bytes_pulled"] for r in reports)
     worker_steps = sum(r["worker_steps"] for r in reports)

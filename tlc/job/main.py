@@ -93,8 +93,11 @@ def check_flags(build_compressors):
 def main(argv):
     del argv
     # A task imports TensorFlow anyway; the launcher only to check compressor arguments.
-    check_flags(build_compressors=bool(FLAGS.job_name or os.environ.get("TF_CONFIG")
-                                       or FLAGS.compressor_args))
+    imports_tf = bool(FLAGS.job_name or os.environ.get("TF_CONFIG") or FLAGS.compressor_args)
+    if imports_tf:
+        from tlc.job import quiet  # pylint: disable=import-outside-toplevel
+        quiet.import_tensorflow()
+    check_flags(build_compressors=imports_tf)
     if FLAGS.cluster:
         from tlc.job import cluster as cl  # pylint: disable=import-outside-toplevel
         try:

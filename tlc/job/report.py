@@ -27,7 +27,9 @@ def lines(summary, logdir, drawn=()):
         out = [f"tlc: done: {s.get('global_step')} steps of {s.get('model')} with "
                f"{s.get('compressor')} on {workers} workers"]
     else:
-        failed = [task for task, code in (s.get("exit_codes") or {}).items() if code != 0]
+        failed = s.get("failed_tasks")  # not the tasks the launcher stopped because of them
+        if failed is None:
+            failed = {task: code for task, code in (s.get("exit_codes") or {}).items() if code}
         out = [f"tlc: FAILED: {', '.join(failed) or 'a task'} exited with an error, "
                f"{workers} worker reports (the task logs are in the run directory)"]
     if s.get("test_accuracy") is not None:

@@ -230,6 +230,12 @@ def _run_worker(server, cluster, spec, index, config, flags):
     worker_done(server)
     if writer is not None:
         writer.close()
+    if "work_done_time" not in summary:
+        # MonitoredSession ends quietly when the token queue is closed under
+        # it (the chief stopped): that is no finished run.
+        print(f"worker {index}: training stopped at step {step} of {flags.steps}: the session "
+              "ended early (did the chief or a parameter server stop?)", flush=True)
+        return 1
     if not cl.write_json(os.path.join(logdir, f"worker{index}.json"), summary):
         print(f"worker {index}: trained to step {summary['global_step']} but its report is "
               "lost (see the line above)", flush=True)
