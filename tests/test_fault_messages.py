@@ -17,6 +17,7 @@ import tensorflow as tf
 from test_faults import BASE_FLAGS, ROOT, chief_step, wait_for
 from tlc.job import cluster as cl
 from tlc.job import launcher
+from tlc import session
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
 
@@ -205,3 +206,12 @@ def test_corrupt_dataset_is_found_before_any_task_starts(tmp_path):
     assert "train-images-idx3-ubyte.gz: corrupt gzip data" in out, out[-2000:]
     assert "Traceback" not in out
     assert not (tmp_path / "run" / "worker0.log").exists()  # no task was started
+
+
+def test_checkpoint_error_cause_found_under_a_ruler():
+    # One CI run's TF error put a ruler first; the line said "=====...".
+    message = ("Graph execution error:\n\n=====================\nDetected at node save/x\n"
+               "Failed to write /d/model.ckpt-20_temp/part-0.data: No space left on device\n"
+               "\t [[{{node save/SaveV2}}]]\n")
+    assert session._first_cause(message) == "No space left on device"  # pylint: disable=protected-access
+    assert session._first_cause("==\nsomething odd; really odd\n") == "really odd"  # pylint: disable=protected-access

@@ -16,6 +16,7 @@ these a PS serves until every worker has said it is done, then returns.
 stopped, and a process that has one takes TF 5-25 s to tear down after its
 last line (measured on a 2-core machine).
 """
+import errno
 import os
 import sys
 import time
@@ -147,9 +148,20 @@ def _first_cause(message):
     noise = ("Graph execution error", "Detected at node", "File ", "[[", "Node:", "Hint",
              "Additional GRPC", "Traceback", "From /job:")
     lines = [line.strip() for line in message.splitlines()]
-    useful = [line for line in lines if line and not line.startswith(noise)]
+    # Rulers ("=====") and other lines without a word are layout, not causes.
+    useful = [line for line in lines if line and not line.startswith(noise)
+              and any(c.isalnum() for c in line)]
+    # An operating system's own words, wherever TF put them, say it best.
+    for line in useful:
+        for cause in _OS_CAUSES:
+            if cause in line:
+                return cause
     # "<temp file>; No space left on device": the cause is after the file name.
     return useful[0].rsplit("; ", 1)[-1] if useful else message.strip()
+
+
+_OS_CAUSES = tuple(os.strerror(code) for code in (
+    errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EIO))
 
 
 def training_session(master, is_chief, hooks=(), checkpoint_dir=None, save_checkpoint_steps=None,

@@ -68,3 +68,8 @@ class Aggregation:
         with tf.device(gs.device):
             self._release_tokens = self._sync_token_queue.enqueue_many(
                 (tf.fill([self._tokens_per_step], gs.read_value()),))
+            # For a chief that comes back while the others wait for a token:
+            # one each, so that they push again (a chief killed inside its
+            # update may have taken some accumulators' gradients already).
+            self._restart_tokens = self._sync_token_queue.enqueue_many(
+                (tf.fill([self._tokens_per_step - 1], gs.read_value()),))

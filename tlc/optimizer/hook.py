@@ -45,6 +45,10 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._seen_version = max(self._seen_version, version)
         if self._is_chief:
             session.run(self._init_tokens_op)
+            if version > 0 and self._num_tokens == 0:
+                # A restarted chief: the other workers may be waiting on tokens
+                # for an update that died with the old chief.
+                session.run(self._opt._restart_tokens)  # pylint: disable=protected-access
             self._start_chief_updates(session, coord)
 
     def _start_chief_updates(self, session, coord):
