@@ -66,6 +66,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         # attribute, no public accessor.
         own = tf.compat.v1.Session(session.sess_str, graph=session.graph,
                                    config=getattr(session, "_config", None))
+        self.chief_update_session = own  # closing it is what a chief's death does to the update
         threads = runner.create_threads(own, coord=coord, daemon=True, start=True)
 
         def close_when_stopped():
