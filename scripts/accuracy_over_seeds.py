@@ -19,7 +19,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tlc.job import launcher  # noqa: E402
+from tlc.job import launcher, report  # noqa: E402
 
 S_VALUES = ("1.00", "1.50", "1.75", "1.90")
 
@@ -126,25 +126,7 @@ def main():
     text = table(logdir, models, labels, seeds, args.steps, args.block_size)
     print(text)
     if args.out:
-        write_section(args.out, args.heading, text)
-
-
-def write_section(path, heading, text):
-    """Puts `## heading` + text between markers in `path`, leaving the rest alone."""
-    begin = f"<!-- accuracy_over_seeds: {heading} -->"
-    end = f"<!-- end accuracy_over_seeds: {heading} -->"
-    block = f"{begin}\n## {heading}\n\n{text}\n{end}\n"
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = f.read()
-    except FileNotFoundError:
-        doc = ""
-    if begin in doc and end in doc:
-        doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end) + 1:]
-    else:
-        doc = doc.rstrip("\n") + ("\n\n" if doc else "") + block
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(doc)
+        report.write_markdown_section(args.out, "accuracy_over_seeds", args.heading, text)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Slow-link training benchmark: the 3LC paper's Table 1 / Table 2 / Fig. 6
-measured on this machine with real rate limits (tc in network namespaces).
+"""Slow-link training benchmark: the 3LC paper's Table 1 measured on this
+machine with real rate limits (tc in network namespaces), against the
+baseline a user has today: TensorFlow's own SyncReplicasOptimizer
+(configs/stock_tf.cfg) with TF's variable placement.
 
 For each link rate and configuration it runs the local 1 PS + 2 worker
 cluster for a few steps behind the rate limit and measures the mean step
@@ -8,11 +10,12 @@ time after warm-up and the bytes on the PS's link (kernel counters; two run
 lengths, differenced, so start-up traffic cancels out). Accuracy and the
 per-step push/pull sizes come from full-length runs without a limit (the
 link does not change what is computed). Full-length slow-link times are
-extrapolated as the paper did (t_step_short * steps_full), and one point is
-also measured for real to check the extrapolation. Writes RESULTS.md, JSON
-and PNG plots into --out.
+extrapolated as the paper did (t_step_short * steps_full); at one rate the
+time to accuracy of the baseline and of 3LC s = 1 is also measured in real
+full-length runs behind the limit. Writes results.json and PNG plots into
+--out and its section of --results_md.
 
-  sudo python scripts/bench_training.py                       # everything (~15 min)
+  sudo python scripts/bench_training.py                       # everything (~60 min)
   python scripts/bench_training.py --rates 100mbit --short_steps 4 --full_steps 30 --no_verify
 """
 import argparse
@@ -24,17 +27,19 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tlc.job import launcher, netem  # noqa: E402
+from tlc.job import launcher, netem, report  # noqa: E402
 
 WARMUP = 2
 DEFAULT_SHORT = {"10mbit": 6, "100mbit": 20, "1gbit": 40}
-RATE_BITS = {"10mbit": 10e6, "100mbit": 100e6, "1gbit": 1e9}
+# The 3LC paper's Table 1 (3LC over its float32 baseline, ResNet on CIFAR-10).
+PAPER_SPEEDUP = {"10mbit": 15.9, "100mbit": 7.97, "1gbit": 1.53}
+SECTION = "bench_training"
 
 
-def train(config, steps, logdir, *extra):
-    return launcher.run_job(["--flagfile=configs/fashion_mnist.cfg",
-                              f"--flagfile=configs/{config}.cfg", f"--steps={steps}", *extra],
-                             logdir, timeout=7200)[0]
+def train(args, config, steps, logdir, *extra):
+    return launcher.run_job([f"--flagfile=configs/{args.model_config}.cfg",
+                             f"--flagfile=configs/{config}.cfg", f"--steps={steps}", *extra],
+                            logdir, timeout=7200)[0]
 
 
 def chief(summary):
@@ -56,14 +61,53 @@ def ps_wire(summary):
     return ps["tx_bytes"] + ps["rx_bytes"]
 
 
-def measure_link(config, rate, steps, workdir):
+def measure_link(args, config, rate, steps):
     """(seconds per step, wire bytes per step at the PS) behind `rate`."""
-    base = os.path.join(workdir, f"{config}-{rate}")
+    base = os.path.join(args.workdir, f"{config}-{rate}")
     flags = (f"--netem_rate={rate}", "--log_every=1", "--eval_batch=2000")
-    long_run = train(config, steps, base + "-long", *flags)
-    short_run = train(config, WARMUP, base + "-short", *flags)
+    long_run = train(args, config, steps, base + "-long", *flags)
+    short_run = train(args, config, WARMUP, base + "-short", *flags)
     per_step = (ps_wire(long_run) - ps_wire(short_run)) / (steps - WARMUP)
-    return step_time(long_run), per_step, long_run
+    return step_time(long_run), per_step
+
+
+def accuracy_over_time(summary):
+    """[(training seconds, step, test accuracy)] of the chief's periodic
+    evaluations; evaluation time is not training time."""
+    c = chief(summary)
+    start = c["last_step_time"] - c["train_seconds"]
+    points, evaluating = [], 0.0
+    for p in c["curve"]:
+        if "accuracy" in p:
+            points.append((p["time"] - start - evaluating, p["step"], p["accuracy"]))
+        evaluating += p.get("eval_seconds", 0.0)
+    return points
+
+
+def time_to(points, target):
+    """First (seconds, step) whose accuracy reaches target, or (None, None)."""
+    return next(((t, step) for t, step, accuracy in points if accuracy >= target), (None, None))
+
+
+def measure_time_to_accuracy(args, configs, rate):
+    """Real full-length runs behind `rate`, evaluated on the whole test set
+    every --tta_eval_every steps: accuracy over training time."""
+    runs = {}
+    for config in configs:
+        summary = train(args, config, args.full_steps,
+                        os.path.join(args.workdir, f"tta-{config}-{rate}"),
+                        f"--netem_rate={rate}", "--log_every=10",
+                        f"--eval_every={args.tta_eval_every}", "--eval_examples=10000")
+        runs[config] = {"curve": accuracy_over_time(summary),
+                        "test_accuracy": summary["test_accuracy"],
+                        "train_seconds": chief(summary)["train_seconds"]}
+        print(f"time to accuracy at {rate}, {config}: accuracy {summary['test_accuracy']:.4f} "
+              f"after {runs[config]['train_seconds']:.0f} s", flush=True)
+    target = runs[configs[0]]["test_accuracy"] - 0.01
+    for run in runs.values():
+        run["seconds_to_target"], run["steps_to_target"] = time_to(run["curve"], target)
+    return {"rate": rate, "steps": args.full_steps, "target": target, "baseline": configs[0],
+            "runs": runs}
 
 
 def plots(results, out):
@@ -71,73 +115,124 @@ def plots(results, out):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     rates = list(results["link"])
-    fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4), squeeze=False)
+    tta = results.get("time_to_accuracy")
+    panels = len(rates) + bool(tta)
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), squeeze=False)
     for ax, rate in zip(axes[0], rates):
         for config, full in results["full"].items():
             points = [p for p in full["curve"] if "accuracy" in p]
             t = results["link"][rate][config]["seconds_per_step"]
             ax.plot([p["step"] * t / 60 for p in points], [p["accuracy"] for p in points],
                     marker=".", label=config)
-        ax.set_title(f"{rate}: time to accuracy (extrapolated)")
+        ax.set_title(f"{rate}: extrapolated (step time x steps)")
         ax.set_xlabel("training time (min)")
         ax.set_ylabel("test accuracy")
         ax.set_xscale("log")
         ax.legend()
+    if tta:
+        ax = axes[0][-1]
+        for config, run in tta["runs"].items():
+            ax.plot([t / 60 for t, _, _ in run["curve"]], [a for _, _, a in run["curve"]],
+                    marker=".", label=config)
+        ax.axhline(tta["target"], color="grey", ls="--", lw=0.8, label="target")
+        ax.set_title(f"{tta['rate']}: measured in real runs")
+        ax.set_xlabel("training time (min)")
+        ax.set_ylabel("test accuracy (whole test set)")
+        ax.legend()
     fig.tight_layout()
     fig.savefig(os.path.join(out, "time_to_accuracy.png"), dpi=100)
+    plt.close(fig)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for config, full in results["full"].items():
-        if config == "float32":
-            continue
         curve = full["curve"]
         for ax, key in zip(axes, ("push_bytes_per_step", "pull_bytes_per_step")):
             ax.plot([p["step"] for p in curve], [p[key] / 1024 for p in curve], label=config)
             ax.set_title(key.replace("_", " ") + " (KiB, per worker)")
             ax.set_xlabel("step")
+            ax.set_yscale("log")
             ax.legend()
     fig.tight_layout()
     fig.savefig(os.path.join(out, "bytes_per_step.png"), dpi=100)
+    plt.close(fig)
+
+
+def derive(results, full_steps):
+    """Speedups over the baseline, the bound the wire bytes allow, and the
+    compute-to-communication ratio, from the measured figures."""
+    baseline = results["baseline"]
+    compute = results["full"][baseline]["seconds_per_step"]
+    results["compute_seconds_per_step"] = compute
+    for rate, measured in results["link"].items():
+        base = measured[baseline]
+        # The PS's link carries the pushes in and the pulls out, in parallel.
+        comm = base["wire_bytes_per_step"] / 2 * 8 / netem.parse_rate(rate)
+        measured["_compute_to_communication"] = compute / comm
+        for config, m in measured.items():
+            if config.startswith("_"):
+                continue
+            m["speedup"] = base["seconds_per_step"] / m["seconds_per_step"]
+            own_compute = results["full"][config]["seconds_per_step"] or 0.0
+            bound_time = max(own_compute, base["seconds_per_step"] * m["wire_bytes_per_step"]
+                             / base["wire_bytes_per_step"])
+            m["bound_speedup"] = base["seconds_per_step"] / bound_time
+            m["of_bound"] = m["speedup"] / m["bound_speedup"]
+            m["extrapolated_seconds"] = m["seconds_per_step"] * full_steps
 
 
 def markdown(results, args):
     rates = list(results["link"])
     configs = list(results["full"])
-    lines = ["# Slow-link results", "",
-             f"Fashion-MNIST, small CNN, 1 PS + 2 workers (one process each, each in its own "
-             f"network namespace behind a `tc tbf` limit in both directions), momentum SGD, "
-             f"{args.full_steps} steps. Generated by `scripts/bench_training.py`.", "",
-             "## Table 1: speedup over float32 and accuracy", "",
+    baseline = results["baseline"]
+    lines = [f"Fashion-MNIST on `{results['model_config']}` (model {results['model']}, "
+             f"{results['parameters'] / 1e6:.2f}M parameters, {results['parameters'] * 4 / 1e6:.2f} "
+             f"MB in float32), 1 PS + 2 workers (one process each, each in its own network "
+             f"namespace behind a `tc tbf` limit in both directions), {args.full_steps} steps. "
+             f"Baseline: `{baseline}`. Generated by `scripts/bench_training.py` "
+             f"({results['started']}).", "",
              "Step time: mean after warm-up over a short run behind the limit. Training time "
              f"for {args.full_steps} steps is extrapolated (step time x steps, as the 3LC paper "
-             "did); the accuracy is that of a full run (the link does not change it). Bound: "
-             "the speedup the measured byte reduction allows, max(compute time, "
-             "float32 step time x wire-byte ratio); 'of bound' is how much of it we get (above "
-             "100% when the short timed run was faster than the full run's mean step: compute "
-             "time varies by about 10% from run to run here).", "",
+             "did); the accuracy is that of a full run without a limit (the link does not change "
+             "what is computed). Bound: the speedup the measured wire-byte reduction allows, "
+             "baseline step time / max(own compute time, baseline step time x wire-byte ratio); "
+             "'of bound' is how much of it is measured.", "",
              "| config | accuracy | " + " | ".join(
-                 f"{r} step (s) | {r} speedup | {r} of bound" for r in rates) + " |",
+                 f"{r} s/step | {r} speedup | {r} of bound" for r in rates) + " |",
              "|---|---|" + "---|---|---|" * len(rates)]
     for config in configs:
         accuracy = results["full"][config]["test_accuracy"]
-        cells = [config, "diverged" if accuracy is None else f"{accuracy:.4f}"]
+        cells = [config, "failed" if accuracy is None else f"{accuracy:.4f}"]
         for rate in rates:
             m = results["link"][rate][config]
-            cells += [f"{m['seconds_per_step']:.3f}", f"{m['speedup']:.1f}x",
+            cells += [f"{m['seconds_per_step']:.3f}", f"{m['speedup']:.2f}x",
                       f"{100 * m['of_bound']:.0f}%"]
         lines.append("| " + " | ".join(cells) + " |")
-    paper = {"10mbit": "16-23x", "100mbit": "8-9x", "1gbit": "1.5x"}
-    ours = next((c for c in configs if c != "float32"), None)
-    if ours and any(r in paper for r in rates):
-        lines += ["", "The 3LC paper's Table 1 (its CIFAR-10 ResNet workload): " + ", ".join(
-            f"{paper[r]} at {r}" for r in rates if r in paper) + f". Here, {ours}: " + ", ".join(
-            f"{results['link'][r][ours]['speedup']:.1f}x at {r}" for r in rates if r in paper)
-            + ". The small CNN's model (1.66M values, 6.6 MB) is large next to its compute "
-            "(about 0.05 s a step on 2 cores), so the link dominates float32 steps more than in "
-            "the paper's workload."]
+    compute = results["compute_seconds_per_step"]
+    lines += ["", f"Compute to communication: the baseline's step takes {compute:.3f} s without a "
+              "limit; moving its measured wire bytes over the PS's link takes " + ", ".join(
+                  f"{results['link'][r][baseline]['wire_bytes_per_step'] / 2 * 8 / netem.parse_rate(r):.3f} s at {r} "
+                  f"(compute / communication = {results['link'][r]['_compute_to_communication']:.2f})"
+                  for r in rates) + "."]
+    goals = []
+    for rate in rates:
+        if rate not in PAPER_SPEEDUP:
+            continue
+        for config in configs:
+            if not config.startswith("3lc"):
+                continue
+            m = results["link"][rate][config]
+            goals.append(f"| {config} | {rate} | {m['speedup']:.2f}x | {PAPER_SPEEDUP[rate]}x | "
+                         f"{'met' if m['speedup'] >= PAPER_SPEEDUP[rate] else 'missed'} | "
+                         f"{100 * m['of_bound']:.0f}% | "
+                         f"{'met' if m['of_bound'] >= 0.9 else 'missed'} |")
+    if goals:
+        lines += ["", "Goals: at least the paper's speedup over the baseline, and at least 90% of "
+                  "the speedup the wire-byte reduction allows.", "",
+                  "| config | link | speedup | paper | | of bound | >= 90% |",
+                  "|---|---|---|---|---|---|---|", *goals]
     failed = {c: f["failed"] for c, f in results["full"].items() if f.get("failed")}
     if failed:
-        lines += ["", f"Full-length runs that did not finish ({args.full_steps} steps, the "
-                  "default learning rate): " + "; ".join(f"{c}: {why}" for c, why in failed.items())]
+        lines += ["", f"Full-length runs that did not finish: "
+                  + "; ".join(f"{c}: {why}" for c, why in failed.items())]
     lines += ["", "Wire bytes per step on the parameter server's link (both directions, "
               "kernel counters):", "",
               "| config | " + " | ".join(rates) + " |", "|---|" + "---|" * len(rates)]
@@ -145,44 +240,66 @@ def markdown(results, args):
         lines.append(f"| {config} | " + " | ".join(
             f"{results['link'][r][config]['wire_bytes_per_step'] / 1e6:.3f} MB" for r in rates)
             + " |")
-    if results.get("verify"):
-        v = results["verify"]
-        lines += ["", "## Checking the extrapolation", "",
-                  f"{v['config']} at {v['rate']} for {v['steps']} steps, measured: "
-                  f"{v['measured_train_seconds']:.1f} s of training; extrapolated from the "
-                  f"short run: {v['extrapolated_seconds']:.1f} s "
-                  f"({100 * (v['extrapolated_seconds'] / v['measured_train_seconds'] - 1):+.0f}%)."]
-    if os.path.exists(os.path.join(args.out, "bits_per_value.md")):
-        with open(os.path.join(args.out, "bits_per_value.md"), encoding="utf-8") as f:
-            lines += ["", "## Table 2: bits per value (pushes)", "", f.read().strip()]
-    lines += ["", "## Plots", "", "![time to accuracy](time_to_accuracy.png)", "",
-              "![push and pull bytes per step](bytes_per_step.png)", ""]
+    tta = results.get("time_to_accuracy")
+    if tta:
+        lines += ["", f"### Measured time to accuracy at {tta['rate']}", "",
+                  f"Real runs of {tta['steps']} steps behind {tta['rate']}, evaluated on the whole "
+                  f"test set every {args.tta_eval_every} steps (evaluation time excluded). Target: "
+                  f"the baseline's final accuracy minus 1 point = {tta['target']:.4f}.", "",
+                  "| config | final accuracy | training time | time to target | steps to target | "
+                  "extrapolated time (step time x steps) |", "|---|---|---|---|---|---|"]
+        for config, run in tta["runs"].items():
+            reached = run["seconds_to_target"]
+            extrapolated = results["link"].get(tta["rate"], {}).get(config, {}).get(
+                "extrapolated_seconds")
+            lines.append(
+                f"| {config} | {run['test_accuracy']:.4f} | {run['train_seconds']:.0f} s | "
+                + (f"{reached:.0f} s | {run['steps_to_target']} |" if reached is not None
+                   else "not reached | - |")
+                + (f" {extrapolated:.0f} s |" if extrapolated else " - |"))
+        runs = list(tta["runs"].values())
+        if len(runs) == 2 and all(r["seconds_to_target"] for r in runs):
+            lines += ["", f"Measured speedup to the target: "
+                      f"{runs[0]['seconds_to_target'] / runs[1]['seconds_to_target']:.2f}x."]
+    lines += ["", f"![time to accuracy]({os.path.relpath(args.out, os.path.dirname(args.results_md))}"
+              f"/time_to_accuracy.png)", "",
+              f"![push and pull bytes per step]("
+              f"{os.path.relpath(args.out, os.path.dirname(args.results_md))}/bytes_per_step.png)"]
     return "\n".join(lines)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
+    parser.add_argument("--model_config", default="fashion_mnist_resnet20",
+                        help="configs/NAME.cfg with the dataset, model and hyper-parameters")
     parser.add_argument("--rates", default="10mbit,100mbit,1gbit")
-    parser.add_argument("--configs", default="float32,3lc_s1.00,3lc_s1.50,3lc_s1.75,3lc_s1.90")
+    parser.add_argument("--configs",
+                        default="stock_tf,float32,3lc_s1.00,3lc_s1.50,3lc_s1.75,3lc_s1.90",
+                        help="configs/NAME.cfg each; the first is the baseline")
     parser.add_argument("--short_steps", type=int, default=0,
                         help="steps of the timed runs (default: per rate)")
     parser.add_argument("--full_steps", type=int, default=600)
-    parser.add_argument("--no_verify", action="store_true", help="skip the real full-length run")
-    parser.add_argument("--reuse", help="results.json of an earlier run: keep its link rates "
-                        "that --rates leaves out (and, with --no_verify, its extrapolation check)")
-    parser.add_argument("--out", default=os.path.join(ROOT, "docs"),
-                        help="where RESULTS.md, results.json and the plots go")
+    parser.add_argument("--no_verify", action="store_true",
+                        help="skip the real full-length time-to-accuracy runs")
+    parser.add_argument("--tta_rate", default="100mbit")
+    parser.add_argument("--tta_configs", default="stock_tf,3lc_s1.00",
+                        help="measured in real runs behind --tta_rate; the first is the baseline")
+    parser.add_argument("--tta_eval_every", type=int, default=50)
+    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "slow_link"),
+                        help="where results.json and the plots go")
+    parser.add_argument("--results_md", default=os.path.join(ROOT, "docs", "RESULTS.md"),
+                        help="markdown file whose slow-link section is (re)written")
     parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "bench"),
                         help="run directories (logs, checkpoints)")
     parser.add_argument("--render_only", action="store_true",
-                        help="rewrite RESULTS.md and the plots from --out/results.json")
+                        help="rewrite the section and the plots from --out/results.json")
     args = parser.parse_args()
+    heading = f"Slow links: speedup over TensorFlow's SyncReplicasOptimizer ({args.model_config})"
     if args.render_only:
         with open(os.path.join(args.out, "results.json"), encoding="utf-8") as f:
             results = json.load(f)
         plots(results, args.out)
-        with open(os.path.join(args.out, "RESULTS.md"), "w", encoding="utf-8") as f:
-            f.write(markdown(results, args))
+        report.write_markdown_section(args.results_md, SECTION, heading, markdown(results, args))
         return 0
     ok, why = netem.netem_available()
     if not ok:
@@ -191,72 +308,47 @@ def main():
     netem.cleanup_stale()
     os.makedirs(args.out, exist_ok=True)
     rates, configs = args.rates.split(","), args.configs.split(",")
-    if "float32" not in configs:
-        raise SystemExit("--configs must include float32 (the baseline)")
-    results = {"full": {}, "link": {}, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    for config in configs + args.tta_configs.split(","):
+        if not os.path.exists(os.path.join(ROOT, "configs", f"{config}.cfg")):
+            raise SystemExit(f"bench_training: no configs/{config}.cfg")
+    results = {"full": {}, "link": {}, "baseline": configs[0], "model_config": args.model_config,
+               "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     for config in configs:
         logdir = os.path.join(args.workdir, f"{config}-full")
         try:
-            full = train(config, args.full_steps, logdir, "--log_every=10", "--eval_every=50",
-                         "--eval_examples=2000")
+            full = train(args, config, args.full_steps, logdir, "--log_every=10",
+                         "--eval_every=50", "--eval_examples=2000")
         except RuntimeError:  # e.g. training diverged: report it, measure the rest
             results["full"][config] = {"test_accuracy": None, "curve": [], "seconds_per_step": None,
                                        "failed": launcher.failure_summary(logdir)}
             print(f"full {config}: failed: {results['full'][config]['failed']}", flush=True)
             continue
+        results["model"] = full["model"]
+        results["parameters"] = full["float32_bytes_each_way"] / full["worker_steps"] / 4
         results["full"][config] = {"test_accuracy": full["test_accuracy"],
                                    "curve": chief(full)["curve"],
                                    "seconds_per_step": step_time(full)}
-        print(f"full {config}: accuracy {full['test_accuracy']:.4f}", flush=True)
+        print(f"full {config}: accuracy {full['test_accuracy']:.4f}, "
+              f"{results['full'][config]['seconds_per_step']:.3f} s/step", flush=True)
+    if results["full"][configs[0]]["seconds_per_step"] is None:
+        raise SystemExit(f"bench_training: the baseline {configs[0]} did not train")
     for rate in rates:
         steps = args.short_steps or DEFAULT_SHORT.get(rate, 20)
         results["link"][rate] = {}
         for config in configs:
-            seconds, wire, _ = measure_link(config, rate, steps, args.workdir)
+            seconds, wire = measure_link(args, config, rate, steps)
             results["link"][rate][config] = {"seconds_per_step": seconds,
                                              "wire_bytes_per_step": wire}
             print(f"{rate} {config}: {seconds:.3f} s/step, {wire / 1e6:.3f} MB/step", flush=True)
-    if args.reuse:  # link rates (and the extrapolation check) measured by an earlier run
-        with open(args.reuse, encoding="utf-8") as f:
-            earlier = json.load(f)
-        for rate, measured in earlier["link"].items():
-            if rate not in results["link"]:
-                results["link"][rate] = {c: {k: m[k] for k in ("seconds_per_step",
-                                                               "wire_bytes_per_step")}
-                                         for c, m in measured.items() if c in configs}
-        if args.no_verify and earlier.get("verify"):
-            results["verify"] = earlier["verify"]
-        results["link"] = dict(sorted(results["link"].items(),
-                                      key=lambda kv: netem.parse_rate(kv[0]) or 0))
-    for rate in results["link"]:
-        base = results["link"][rate]["float32"]
-        for config in configs:
-            m = results["link"][rate][config]
-            m["speedup"] = base["seconds_per_step"] / m["seconds_per_step"]
-            compute = results["full"][config]["seconds_per_step"] or 0.0
-            bound_time = max(compute, base["seconds_per_step"] * m["wire_bytes_per_step"]
-                             / base["wire_bytes_per_step"])
-            m["bound_speedup"] = base["seconds_per_step"] / bound_time
-            m["of_bound"] = m["speedup"] / m["bound_speedup"]
-            m["extrapolated_seconds"] = m["seconds_per_step"] * args.full_steps
-    if results.get("verify"):
-        v = results["verify"]
-        v["extrapolated_seconds"] = results["link"][v["rate"]][v["config"]]["extrapolated_seconds"]
+    derive(results, args.full_steps)
     if not args.no_verify:
-        rate = "100mbit" if "100mbit" in rates else rates[0]
-        config = next(c for c in configs if c != "float32")
-        real = train(config, args.full_steps, os.path.join(args.workdir, "verify"),
-                     f"--netem_rate={rate}", "--log_every=10")
-        results["verify"] = {
-            "config": config, "rate": rate, "steps": args.full_steps,
-            "measured_train_seconds": chief(real)["train_seconds"],
-            "extrapolated_seconds": results["link"][rate][config]["extrapolated_seconds"]}
+        results["time_to_accuracy"] = measure_time_to_accuracy(
+            args, args.tta_configs.split(","), args.tta_rate)
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1)
     plots(results, args.out)
     text = markdown(results, args)
-    with open(os.path.join(args.out, "RESULTS.md"), "w", encoding="utf-8") as f:
-        f.write(text)
+    report.write_markdown_section(args.results_md, SECTION, heading, text)
     print(text)
     return 0
 

@@ -68,6 +68,10 @@ def errors(flags):
             found.append(f"--netem_rate_changes: {e}")
         if not flags.netem_rate:
             found.append("--netem_rate_changes needs --netem_rate")
+    if flags.sync == "tf" and (flags.compressor != "float32" or flags.pull_compressor):
+        found.append(f"--sync=tf is TensorFlow's own optimizer, which sends float32: it needs "
+                     f"--compressor=float32 and no --pull_compressor, got --compressor="
+                     f"{flags.compressor}")
     if flags.push_budget is not None and not flags.push_budget > 0:
         found.append(f"--push_budget must be > 0 seconds, got {flags.push_budget}")
     if flags.compressor == "3lc_auto" and flags.push_budget is None:

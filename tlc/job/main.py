@@ -50,6 +50,10 @@ flags.DEFINE_float("momentum", 0.9, "Momentum (momentum optimizer).")
 flags.DEFINE_float("weight_decay", 0.0, "L2 weight decay on conv and dense kernels (He et al. "
                    "use 1e-4 on CIFAR).")
 # Compression.
+flags.DEFINE_enum("sync", "tlc", ["tlc", "tf"], "tlc: tlc.SyncReplicasOptimizer (compressed "
+                  "pushes and pulls, local model copies); tf: TensorFlow's own "
+                  "SyncReplicasOptimizer, float32 both ways (the baseline; needs "
+                  "--compressor=float32).")
 flags.DEFINE_string("compressor", "3lc", "Registered compressor name (tlc.compressors.names()).")
 flags.DEFINE_float("sparsity_multiplier", 1.0, "3LC sparsity multiplier s in [1, 2).")
 flags.DEFINE_bool("adaptive", True, "3LC: pick the smaller of zero-run and Golomb encodings.")

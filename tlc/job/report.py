@@ -71,3 +71,21 @@ def _bytes(n):
 
 def _number(value):
     return "?" if value is None else f"{value:.4f}"
+
+
+def write_markdown_section(path, tag, heading, text):
+    """Puts `## heading` + text between markers named `tag` in the markdown
+    file `path` (created if missing), leaving the rest of the file alone."""
+    begin, end = f"<!-- {tag}: {heading} -->", f"<!-- end {tag}: {heading} -->"
+    block = f"{begin}\n## {heading}\n\n{text.strip()}\n{end}\n"
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = f.read()
+    except FileNotFoundError:
+        doc = ""
+    if begin in doc and end in doc:
+        doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end) + 1:]
+    else:
+        doc = doc.rstrip("\n") + ("\n\n" if doc else "") + block
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(doc)

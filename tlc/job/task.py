@@ -1,4 +1,5 @@
 """One task of a training cluster: a parameter server or a worker."""
+import contextlib
 import errno
 import os
 import socket
@@ -12,6 +13,7 @@ from tlc import compressors, moments, replica
 from tlc.job import autotune, data, models, plots, watchdog
 from tlc.job import cluster as cl
 from tlc.job.flagcheck import parse_compressor_args
+from tlc.job.stock import StockSync
 from tlc.optimizer import SyncReplicasOptimizer
 from tlc.optimizer.recovery import ModelLostError
 from tlc.session import (CheckpointError, serve_until_workers_done, training_session,
@@ -108,6 +110,22 @@ def make_inner_optimizer(flags):
     return tf.compat.v1.train.AdamOptimizer(flags.learning_rate)
 
 
+def _tlc_optimizer(flags, num_workers, per_example_loss):
+    compressor = compressor_from_flags(flags.compressor, flags)
+    if hasattr(compressor, "second_moments"):  # variance-based: per-example statistics
+        local = tf.compat.v1.trainable_variables()
+        stats = moments.second_moments(per_example_loss, local)
+        compressor.second_moments = {replica.master_of(v).op.name: stats[v] for v in local}
+    return SyncReplicasOptimizer(
+        make_inner_optimizer(flags),
+        replicas_to_aggregate=num_workers - flags.backup_workers,
+        total_num_replicas=num_workers,
+        compressor=compressor,
+        pull_compressor=(compressor_from_flags(flags.pull_compressor, flags)
+                         if flags.pull_compressor else None),
+        compress_threshold=flags.compress_threshold)
+
+
 def _run_worker(server, cluster, spec, index, config, flags):
     is_chief = index == 0
     num_workers = len(spec["worker"])
@@ -123,31 +141,24 @@ def _run_worker(server, cluster, spec, index, config, flags):
         global_step = tf.compat.v1.train.get_or_create_global_step()
         images = tf.compat.v1.placeholder(tf.float32, (None,) + dataset.train_x.shape[1:], "images")
         labels = tf.compat.v1.placeholder(tf.int64, (None,), "labels")
-        with replica.local_copies(worker), \
-                tf.compat.v1.variable_scope("model", reuse=tf.compat.v1.AUTO_REUSE):
+        # TF's own optimizer reads every variable from its PS each step: no local copies.
+        copies = replica.local_copies(worker) if flags.sync == "tlc" else contextlib.nullcontext()
+        with copies, tf.compat.v1.variable_scope("model", reuse=tf.compat.v1.AUTO_REUSE):
             logits = models.build(model_name, images, dataset.num_classes, training=True)
             eval_logits = models.build(model_name, images, dataset.num_classes, training=False)
         per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
             labels=labels, logits=logits)
         loss = tf.reduce_mean(per_example_loss) + models.weight_decay(flags.weight_decay)
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(eval_logits, 1), labels), tf.int64))
-        compressor = compressor_from_flags(flags.compressor, flags)
-        if hasattr(compressor, "second_moments"):  # variance-based: per-example statistics
-            local = tf.compat.v1.trainable_variables()
-            stats = moments.second_moments(per_example_loss, local)
-            compressor.second_moments = {replica.master_of(v).op.name: stats[v] for v in local}
-        sync = SyncReplicasOptimizer(
-            make_inner_optimizer(flags),
-            replicas_to_aggregate=num_workers - flags.backup_workers,
-            total_num_replicas=num_workers,
-            compressor=compressor,
-            pull_compressor=(compressor_from_flags(flags.pull_compressor, flags)
-                             if flags.pull_compressor else None),
-            compress_threshold=flags.compress_threshold)
+        if flags.sync == "tf":
+            sync = StockSync(make_inner_optimizer(flags), num_workers - flags.backup_workers,
+                             num_workers, worker)
+        else:
+            sync = _tlc_optimizer(flags, num_workers, per_example_loss)
         grads_and_vars = sync.compute_gradients(loss)
         train_op = sync.apply_gradients(grads_and_vars, global_step=global_step)
-        tuner = (autotune.AutoTuner(compressor, sync, grads_and_vars, flags.push_budget)
-                 if autotune.wants_tuning(compressor) else None)
+        tuner = (autotune.AutoTuner(sync.compressor, sync, grads_and_vars, flags.push_budget)
+                 if autotune.wants_tuning(sync.compressor) else None)
         extra_updates = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
         if extra_updates:
             train_op = tf.group(train_op, *extra_updates)

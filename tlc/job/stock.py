@@ -1,0 +1,71 @@
+"""The baseline a user has today: TensorFlow's own
+tf.compat.v1.train.SyncReplicasOptimizer with TF's variable placement
+(replica_device_setter: every variable lives on a PS and every step reads it
+from there), float32 both ways. The main job runs it with --sync=tf.
+
+StockSync wraps it with the few read-outs the training loop takes from
+tlc.SyncReplicasOptimizer. Its byte counters are the float32 sizes TF moves
+(every gradient pushed dense, every variable read each step); the benchmarks
+measure the wire with the kernel's counters, not with these.
+"""
+import tensorflow as tf
+from tensorflow.python.training import queue_runner  # pylint: disable=no-name-in-module
+
+v1 = tf.compat.v1
+
+
+class StockSync:
+    """TF's SyncReplicasOptimizer plus the training loop's counters."""
+
+    def __init__(self, opt, replicas_to_aggregate, total_num_replicas, worker_device):
+        self._worker_device = worker_device
+        self._sync = v1.train.SyncReplicasOptimizer(opt, replicas_to_aggregate,
+                                                    total_num_replicas)
+        self.full_syncs = 0
+        self.compressed_variables = []
+
+    class _Described:
+        @staticmethod
+        def describe():
+            return "TF SyncReplicasOptimizer (float32)"
+
+    compressor = _Described()
+
+    def compute_gradients(self, loss):
+        return self._sync.compute_gradients(loss)
+
+    def apply_gradients(self, grads_and_vars, global_step):
+        grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+        train_op = self._sync.apply_gradients(grads_and_vars, global_step=global_step)
+        # TF's runner counts only OutOfRangeError as a closed queue, so closing the
+        # session at the end printed a CancelledError traceback; same ops, no noise.
+        runner = self._sync.get_chief_queue_runner()
+        self._sync._chief_queue_runner = queue_runner.QueueRunner(  # pylint: disable=protected-access
+            runner.queue, runner.enqueue_ops,
+            queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError))
+        size = 4 * sum(v.shape.num_elements() for _, v in grads_and_vars)
+        with tf.device(self._worker_device):
+            # Persistent across sessions of one process, like tlc's counters.
+            counters = {name: v1.Variable(0, dtype=tf.int64, trainable=False, name=f"stock_{name}",
+                                          collections=[v1.GraphKeys.LOCAL_VARIABLES])
+                        for name in ("bytes_pushed", "bytes_pulled", "worker_steps")}
+        with tf.control_dependencies([train_op]):
+            counted = [counters["bytes_pushed"].assign_add(size),
+                       counters["bytes_pulled"].assign_add(size),
+                       counters["worker_steps"].assign_add(1)]
+            with tf.control_dependencies(counted):
+                self.version_after_step = tf.identity(global_step.read_value())
+        self.local_version = global_step.read_value()
+        self.traffic = {**counters, "float32_bytes_per_step": tf.constant(size, tf.int64)}
+        self.step_traffic = {"pushed": tf.constant(size, tf.int64),
+                             "pulled": tf.constant(size, tf.int64)}
+        self.pull_compressions = tf.constant(0, tf.int64)
+        return tf.group(train_op, *counted)
+
+    def make_session_run_hook(self, is_chief, num_tokens=-1):
+        return self._sync.make_session_run_hook(is_chief, num_tokens)
+
+    @staticmethod
+    def local_copy_check(session):
+        del session  # no local copies: every step reads the PS's variables
+        return None
