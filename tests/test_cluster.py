@@ -51,6 +51,20 @@ def test_one_global_step_and_one_pull_compression_per_aggregation(threelc_run):
     assert all(w["worker_steps"] > 0 for w in s["workers"])
 
 
+def test_step_time_breakdown_fits_the_measured_step(threelc_run):
+    # The oracle: the chief's own wall clock around its training loop.
+    s = threelc_run
+    chief = next(w for w in s["workers"] if w["task"] == 0)
+    worker, update = s["time_breakdown"]["worker"], s["time_breakdown"]["update"]
+    assert all(v >= 0 for v in list(worker.values()) + list(update.values()))
+    in_graph = worker["compute"] + worker["push_and_wait"] + worker["pull_apply"]
+    assert 0 < in_graph * chief["worker_steps"] <= chief["train_seconds"]
+    # Work that 3LC does in every step shows up.
+    assert worker["compute"] > 0 and worker["push_compress"] > 0
+    assert update["pull_compress"] > 0 and update["ps_update"] > 0
+    assert worker["push_compress"] < worker["compute"] + worker["push_and_wait"]
+
+
 def test_local_copies_equal_server_shadow(threelc_run):
     checks = [w["local_copy_check"] for w in threelc_run["workers"]]
     assert any(c["equal"] is not None for c in checks)
@@ -104,6 +118,8 @@ def test_wire_bytes_at_least_10x_smaller_than_float32(tmp_path):
     (["--netem_rate_changes=10:10mbit"], "needs --netem_rate"),
     (["--netem_rate=1gbit", "--netem_rate_changes=soon:10mbit"], "seconds:rate"),
     (["--netem_rate=1gbit", "--netem_rate_changes=10:fast"], "rate must look like"),
+    (["--sync=tf", "--compressor=3lc"], "--sync=tf is TensorFlow's own optimizer"),
+    (["--sync=tf", "--compressor=float32", "--pull_compressor=3lc"], "no --pull_compressor"),
 ])
 def test_bad_configuration_is_refused(tmp_path, flags, message):
     proc = subprocess.run([sys.executable, "-m", "tlc.train", f"--logdir={tmp_path}/run", *flags],

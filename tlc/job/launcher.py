@@ -102,6 +102,7 @@ def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=Non
         "compression_ratio": 2 * float32 / (pushed + pulled) if pushed + pulled else None,
         "worker_steps": worker_steps,
         "pull_compressions": chief.get("pull_compressions"),
+        "time_breakdown": chief.get("time_breakdown"),
         "wall_seconds": round(wall_seconds, 2),
         "train_seconds": chief.get("train_seconds"),
         "logdir": logdir,

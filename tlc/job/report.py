@@ -45,6 +45,9 @@ def lines(summary, logdir, drawn=()):
     if s.get("compression_ratio"):
         out.append(f"  compression ratio  {s['compression_ratio']:.1f}x vs float32 "
                    f"(push {s['push_ratio']:.1f}x, pull {s['pull_ratio']:.1f}x)")
+    breakdown = step_time_line(s.get("time_breakdown"))
+    if breakdown:
+        out.append(breakdown)
     train = s.get("train_seconds")
     out.append(f"  wall time          {s.get('wall_seconds', 0):.1f} s"
                + (f" (chief trained for {train:.1f} s)" if train else ""))
@@ -59,6 +62,23 @@ def lines(summary, logdir, drawn=()):
     if os.path.isdir(tensorboard):
         out.append(f"  tensorboard        tensorboard --logdir {tensorboard}")
     return out[:MAX_LINES]
+
+
+PHASE_LABELS = {"compute": "compute", "push_compress": "compress",  # tlc/optimizer/timing.py
+                "push_and_wait": "push+wait", "pull_apply": "pull+apply",
+                "ps_decompress_accumulate": "PS decompress", "ps_update": "PS update",
+                "pull_compress": "pull compress"}
+
+
+def step_time_line(breakdown):
+    """'  step time  ...' in ms per worker step and per chief update, or None."""
+    if not breakdown or not breakdown.get("worker"):
+        return None
+    worker, update = breakdown["worker"], breakdown.get("update") or {}
+    parts = [f"{PHASE_LABELS[k]} {1000 * v:.0f}" for k, v in {**worker, **update}.items()]
+    total = sum(list(worker.values())[:3])
+    return f"  step time (ms)     {1000 * total:.0f} = " + ", ".join(parts[:3]) + \
+        " (in them: " + ", ".join(parts[3:]) + ")"
 
 
 def _bytes(n):

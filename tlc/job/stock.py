@@ -66,6 +66,11 @@ class StockSync:
         return self._sync.make_session_run_hook(is_chief, num_tokens)
 
     @staticmethod
+    def time_breakdown(session):
+        del session  # TF's optimizer has no phase timestamps
+        return None
+
+    @staticmethod
     def local_copy_check(session):
         del session  # no local copies: every step reads the PS's variables
         return None

@@ -223,6 +223,7 @@ def _run_worker(server, cluster, spec, index, config, flags):
                        late_loss=float(np.mean(losses[-window:])) if losses else None)
         summary["local_copy_check"] = sync.local_copy_check(sess)
         summary["full_syncs"] = sync.full_syncs
+        summary["time_breakdown"] = sync.time_breakdown(sess)
         if is_chief:
             summary["curve"] = [{k: (int(v) if k == "step" else float(v)) for k, v in point.items()
                                  if k in ("step", "time", "loss", "push_bytes_per_step",

@@ -3,6 +3,8 @@ run the pull compressions, advance the global step and release tokens."""
 import tensorflow as tf
 from tensorflow.python.training import queue_runner  # pylint: disable=no-name-in-module
 
+from tlc.optimizer import timing
+
 
 class Aggregation:
     """Mixin of SyncReplicasOptimizer."""
@@ -19,23 +21,24 @@ class Aggregation:
             # False until the chief has copied masters into shadows; restored
             # as True from a checkpoint, so restored shadows are kept.
             self._shadow_ready = self._global_variable(False, "tlc_shadow_ready")
+            self._update_seconds = self._global_variable(
+                tf.zeros([len(timing.UPDATE_PHASES)], tf.float64), "tlc_update_seconds")
+            taken = timing.stamp(gs.device, [g.values if isinstance(g, tf.IndexedSlices) else g for g, _ in aggregated])
             update_op = self._opt.apply_gradients(aggregated)
             with tf.control_dependencies([update_op]):
                 step = self._pull_begin.assign_add(1)
         pull_ops = [update_op]
-        num_compressed = 0
         for entry in self._entries:
-            if not (entry.compressed and entry.has_local_copy):
-                continue
-            num_compressed += 1
-            pull_ops.append(self._build_pull_compression(entry, step))
+            if entry.compressed and entry.has_local_copy:
+                pull_ops.append(self._build_pull_compression(entry, step))
         with tf.device(gs.device), tf.name_scope(""):
-            with tf.control_dependencies(pull_ops):
-                counted = self._pull_compressions.assign_add(num_compressed)
+            stamps = [taken, timing.stamp(gs.device, [update_op]), timing.stamp(gs.device, pull_ops)]
+            timed = self._update_seconds.assign_add(tf.stack(timing.spans(stamps)), read_value=False)
+            with tf.control_dependencies(pull_ops + [timed]):
                 advanced = gs.assign_add(1)
             self._sync_token_queue = tf.queue.FIFOQueue(
                 -1, gs.dtype.base_dtype, shapes=(), name="sync_token_q", shared_name="sync_token_q")
-            with tf.control_dependencies([counted, advanced]):
+            with tf.control_dependencies([advanced]):
                 tokens = tf.fill([self._tokens_per_step], gs.read_value())
                 sync_op = self._sync_token_queue.enqueue_many((tokens,))
             if self._variable_averages is not None:

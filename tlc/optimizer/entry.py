@@ -13,6 +13,7 @@ class Entry:
         self.accumulator = None
         self.aggregated = None      # PS: the averaged IndexedSlices (row-sparse gradients)
         self.push_payload = None    # row-sparse gradients: the tensors a push sends
+        self.pull_payload = None    # PS: the pull compression's output, once counted
 
     @property
     def has_local_copy(self):

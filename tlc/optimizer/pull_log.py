@@ -16,16 +16,27 @@ class PullLog:
             dtype = master.dtype.base_dtype
             entry.shadow = self._global_variable(tf.zeros(master.shape, dtype),
                                                  base + "/tlc_shadow")
-            with tf.control_dependencies([step]):
+            with tf.control_dependencies([step]), tf.name_scope(f"tlc_encode_pull/{base}"):
                 shadow = tf.reshape(entry.shadow.read_value(), [-1])
                 delta = tf.reshape(master.read_value(), [-1]) - shadow
-                payload = self._pull_compressor.compress(
-                    tf.cast(delta, self._pull_compressor.wire_dtype(dtype)))
+                payload = self._count_pull_compression(self._pull_compressor.compress(
+                    tf.cast(delta, self._pull_compressor.wire_dtype(dtype))))
                 entry.payload_dtypes = [t.dtype for t in payload]
+                entry.pull_payload = payload
                 updated = self._pull_accumulate(shadow, payload)
                 assign = entry.shadow.assign(tf.reshape(updated, master.shape), read_value=False)
                 record = tf.stack([tf.io.serialize_tensor(t) for t in payload])
             return self._log_record(entry, step, record, len(payload), assign)
+
+    def _count_pull_compression(self, payload):
+        """The payload, passed on only after the counter counted the compress
+        op that made it: once each time that op runs, so a compression run
+        twice in a step is counted twice."""
+        with tf.control_dependencies(list(payload)):
+            with tf.device(self._pull_compressions.device):
+                counted = self._pull_compressions.assign_add(1, read_value=False)
+        with tf.control_dependencies([counted]):
+            return [tf.identity(t) for t in payload]
 
     def _log_record(self, entry, step, record, width, applied):
         """Logs `record` (width serialized tensors) under `step` on the master's PS."""

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from tlc import replica
 from tlc.compressors import payload_bytes
+from tlc.optimizer import timing
 from tlc.optimizer.entry import Entry
 
 
@@ -12,6 +13,8 @@ class Push:
 
     def _build_push(self, grads_and_vars):
         push_ops, aggregated = [], []
+        # For the step's timing: the gradients and what is sent for them.
+        self._timed_gradients, self._timed_sent, self._compress_seconds = [], [], []
         push_bytes = tf.constant(0, tf.int64)
         for grad, var in grads_and_vars:
             master = replica.master_of(var)
@@ -35,6 +38,7 @@ class Push:
                 aggregated.append((entry.aggregated, master))
                 push_bytes += nbytes
                 continue
+            self._timed_gradients.append(grad)
             with tf.device(sender):
                 if entry.compressed:
                     memory = self._compressor.make_memory(entry.num_elements,
@@ -43,10 +47,14 @@ class Push:
                         flat = tf.cast(tf.reshape(grad, [-1]), self._compressor.wire_dtype(dtype))
                         payload = self._compressor.compress(flat, memory)
                     push_bytes += payload_bytes(payload)
+                    self._timed_sent += list(payload)
+                    self._compress_seconds.append(
+                        timing.stamp(sender, payload) - timing.stamp(sender, [flat]))
                 else:
                     grad = tf.debugging.check_numerics(
                         grad, f"non-finite gradient for variable {master.op.name}")
                     push_bytes += dtype.size * entry.num_elements
+                    self._timed_sent.append(grad)
             with tf.device(master.device):
                 if entry.compressed:
                     # Named after the variable: a malformed push fails with an

@@ -2,12 +2,15 @@
 deltas it has not applied yet to its local copies."""
 import tensorflow as tf
 
+from tlc.optimizer import timing
+
 
 class Replay:
     """Mixin of SyncReplicasOptimizer."""
 
     def _build_worker_step(self, push_ops, push_bytes):
         gs = self._global_step
+        started = timing.stamp(self._worker_host)
         with tf.device(gs.device), tf.name_scope(""):
             with tf.control_dependencies(push_ops):
                 token = self._sync_token_queue.dequeue()
@@ -17,6 +20,8 @@ class Replay:
             self._bytes_pushed = self._persistent_variable(0, tf.int64, "tlc_bytes_pushed")
             self._bytes_pulled = self._persistent_variable(0, tf.int64, "tlc_bytes_pulled")
             self._worker_steps = self._persistent_variable(0, tf.int64, "tlc_worker_steps")
+            self._step_seconds = self._persistent_variable(
+                [0.0] * len(timing.WORKER_PHASES), tf.float64, "tlc_step_seconds")
             self._float32_bytes_per_step = tf.constant(
                 4 * sum(e.num_elements for e in self._entries), tf.int64)
         with tf.control_dependencies([token]):
@@ -55,6 +60,13 @@ class Replay:
             self._step_traffic = {"pushed": push_bytes, "pulled": pulled}
             steps = tf.where(found, count, tf.zeros_like(count))
             replayed += self._replay(records, steps) + self._replay_rows(row_records, steps)
+            worker_stamps = [started, timing.stamp(self._worker_host, self._timed_gradients),
+                             timing.stamp(self._worker_host, [token]),
+                             timing.stamp(self._worker_host, replayed)]
+            ps_stamps = [timing.stamp(gs.device, self._timed_sent), timing.stamp(gs.device, push_ops)]
+            compress = tf.add_n([tf.constant(0.0, tf.float64)] + self._compress_seconds)
+            phases = tf.stack(timing.spans(worker_stamps) + [compress]
+                              + timing.spans(ps_stamps))
             with tf.control_dependencies(replayed):
                 new_version = tf.where(found, server_version, local_version)
                 bookkeeping = [
@@ -62,6 +74,7 @@ class Replay:
                     self._bytes_pushed.assign_add(push_bytes, read_value=False),
                     self._bytes_pulled.assign_add(pulled, read_value=False),
                     self._worker_steps.assign_add(1, read_value=False),
+                    self._step_seconds.assign_add(phases, read_value=False),
                 ]
             with tf.control_dependencies(bookkeeping):
                 self._needs_full_sync = tf.logical_not(found, name="tlc_needs_full_sync")

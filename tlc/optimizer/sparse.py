@@ -165,7 +165,7 @@ class SparseRows:
                 delta = tf.gather(master, rows) - tf.gather(entry.shadow, rows)
                 flat = tf.reshape(delta, [-1])
                 compressor = self._row_pull_compressor()
-                payload = tuple(compressor.compress(flat))
+                payload = tuple(self._count_pull_compression(compressor.compress(flat)))
                 decoded = compressor.decompress(payload, tf.size(flat, out_type=tf.int64))
                 assign = tf.compat.v1.scatter_add(entry.shadow, rows, tf.reshape(decoded, shape))
                 record = (encode_rows(rows, master.shape[0]),) + tuple(payload)

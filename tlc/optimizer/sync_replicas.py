@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from tlc import replica
 from tlc.compressors import Compressor, Float32, ThreeLC, create
+from tlc.optimizer import timing
 from tlc.optimizer.aggregation import Aggregation
 from tlc.optimizer.full_sync import FullSync
 from tlc.optimizer.hook import SyncReplicasHook
@@ -165,6 +166,15 @@ class SyncReplicasOptimizer(Push, SparseRows, Aggregation, PullLog, Replay, Full
     def pull_compressions(self):
         """PS counter: pull compressions run so far (one per compressed variable per step)."""
         return self._pull_compressions
+
+    def time_breakdown(self, session):
+        """{"worker": mean seconds per worker step of each timing.WORKER_PHASES,
+        "update": mean seconds per chief update of each timing.UPDATE_PHASES}
+        (a phase's share of the step, from timestamps; see tlc/optimizer/timing.py)."""
+        worker, steps, update, updates = session.run(
+            [self._step_seconds, self._worker_steps, self._update_seconds, self._global_step])
+        return {"worker": timing.mean_seconds(timing.WORKER_PHASES, worker, steps),
+                "update": timing.mean_seconds(timing.UPDATE_PHASES, update, updates)}
 
     @property
     def compressed_variables(self):
