@@ -45,7 +45,7 @@ class StockSync:
             queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError))
         size = 4 * sum(v.shape.num_elements() for _, v in grads_and_vars)
         with tf.device(self._worker_device):
-            # Persistent across sessions of one process, like tlc's counters.
+            # On the worker, like tlc's counters (not on a PS, where TF's placement puts variables).
             counters = {name: v1.Variable(0, dtype=tf.int64, trainable=False, name=f"stock_{name}",
                                           collections=[v1.GraphKeys.LOCAL_VARIABLES])
                         for name in ("bytes_pushed", "bytes_pulled", "worker_steps")}
@@ -59,7 +59,7 @@ class StockSync:
         self.traffic = {**counters, "float32_bytes_per_step": tf.constant(size, tf.int64)}
         self.step_traffic = {"pushed": tf.constant(size, tf.int64),
                              "pulled": tf.constant(size, tf.int64)}
-        self.pull_compressions = tf.constant(0, tf.int64)
+        self.pull_compressions = tf.constant(0, tf.int64)  # TF compresses nothing
         return tf.group(train_op, *counted)
 
     def make_session_run_hook(self, is_chief, num_tokens=-1):
