@@ -37,6 +37,15 @@ SECTION = "bench_training"
 
 
 def train(args, config, steps, logdir, *extra):
+    if args.resume:
+        try:
+            with open(os.path.join(logdir, "summary.json"), encoding="utf-8") as f:
+                summary = json.load(f)
+            if summary.get("ok") and (summary.get("global_step") or 0) >= steps:
+                print(f"reusing {logdir} (finished {summary['global_step']} steps)", flush=True)
+                return summary
+        except FileNotFoundError:
+            pass
     return launcher.run_job([f"--flagfile=configs/{args.model_config}.cfg",
                              f"--flagfile=configs/{config}.cfg", f"--steps={steps}", *extra],
                             logdir, timeout=7200)[0]
@@ -291,6 +300,9 @@ def main():
                         help="markdown file whose slow-link section is (re)written")
     parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "bench"),
                         help="run directories (logs, checkpoints)")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse run directories in --workdir that finished their steps "
+                             "(an interrupted benchmark goes on where it stopped)")
     parser.add_argument("--render_only", action="store_true",
                         help="rewrite the section and the plots from --out/results.json")
     args = parser.parse_args()
