@@ -123,6 +123,7 @@ def plots(results, out):
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    import matplotlib.ticker  # pylint: disable=import-outside-toplevel
     rates = list(results["link"])
     tta = results.get("time_to_accuracy")
     panels = len(rates) + bool(tta)
@@ -137,6 +138,7 @@ def plots(results, out):
         ax.set_xlabel("training time (min)")
         ax.set_ylabel("test accuracy")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # labels overlapped
         ax.legend()
     if tta:
         ax = axes[0][-1]
@@ -186,6 +188,15 @@ def derive(results, full_steps):
             m["bound_speedup"] = base["seconds_per_step"] / bound_time
             m["of_bound"] = m["speedup"] / m["bound_speedup"]
             m["extrapolated_seconds"] = m["seconds_per_step"] * full_steps
+
+
+def payload_per_step(curve, workers=2):
+    """Push + pull bytes per global step that the workers' counters report."""
+    points = [p for p in curve if "push_bytes_per_step" in p]
+    if not points:
+        return None
+    return workers * sum(p["push_bytes_per_step"] + p["pull_bytes_per_step"]
+                         for p in points) / len(points)
 
 
 def markdown(results, args):
@@ -243,12 +254,15 @@ def markdown(results, args):
         lines += ["", f"Full-length runs that did not finish: "
                   + "; ".join(f"{c}: {why}" for c, why in failed.items())]
     lines += ["", "Wire bytes per step on the parameter server's link (both directions, "
-              "kernel counters):", "",
-              "| config | " + " | ".join(rates) + " |", "|---|" + "---|" * len(rates)]
+              "kernel counters), and the payload the optimizer counted (2 workers x (push + "
+              "pull), mean over the full run; stock TF: float32 sizes). The difference is what "
+              "gRPC, HTTP/2, TCP and IP add, per tensor and per step:", "",
+              "| config | payload | " + " | ".join(rates) + " |", "|---|---|" + "---|" * len(rates)]
     for config in configs:
-        lines.append(f"| {config} | " + " | ".join(
-            f"{results['link'][r][config]['wire_bytes_per_step'] / 1e6:.3f} MB" for r in rates)
-            + " |")
+        payload = payload_per_step(results["full"][config]["curve"])
+        lines.append(f"| {config} | " + (f"{payload / 1e6:.3f} MB" if payload else "-") + " | "
+                     + " | ".join(f"{results['link'][r][config]['wire_bytes_per_step'] / 1e6:.3f} MB"
+                                  for r in rates) + " |")
     tta = results.get("time_to_accuracy")
     if tta:
         lines += ["", f"### Measured time to accuracy at {tta['rate']}", "",
