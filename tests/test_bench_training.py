@@ -35,3 +35,8 @@ def test_slow_link_smoke(tmp_path):
     assert link["_compute_to_communication"] > 0
     text = (tmp_path / "RESULTS.md").read_text()
     assert "speedup over TensorFlow's SyncReplicasOptimizer" in text and "| stock_tf |" in text
+    # The payload column: stock TF moves the float32 model each way for each of 2 workers.
+    model_bytes = results["parameters"] * 4
+    row = next(line for line in text.splitlines()
+               if line.startswith("| stock_tf | ") and line.count("MB") == 2)
+    assert abs(float(row.split("|")[2].split()[0]) * 1e6 - 4 * model_bytes) < 0.01 * model_bytes
