@@ -109,8 +109,9 @@ def main():
     parser.add_argument("--table_only", action="store_true", help="no runs, just the table")
     parser.add_argument("--out", help="markdown file to put the table in: replaces the part "
                         "between the accuracy-over-seeds markers, or is appended")
-    parser.add_argument("--heading", default="Accuracy over seeds",
-                        help="section heading (one section per heading)")
+    parser.add_argument("--heading", default=None,
+                        help="section heading (one section per heading; default: "
+                             "'Accuracy over seeds (block size B)')")
     args = parser.parse_args()
     models = args.models.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -126,7 +127,8 @@ def main():
     text = table(logdir, models, labels, seeds, args.steps, args.block_size)
     print(text)
     if args.out:
-        report.write_markdown_section(args.out, "accuracy_over_seeds", args.heading, text)
+        heading = args.heading or f"Accuracy over seeds (block size {args.block_size})"
+        report.write_markdown_section(args.out, "accuracy_over_seeds", heading, text)
 
 
 if __name__ == "__main__":
