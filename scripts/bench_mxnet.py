@@ -456,19 +456,6 @@ def finished_mxnet_run(logdir, steps):
     return {"points": step_points(records), "events": events}
 
 
-def finished_tlc_run(logdir, steps):
-    """launcher's summary of an earlier finished run (--resume), or None."""
-    try:
-        with open(os.path.join(logdir, "summary.json"), encoding="utf-8") as f:
-            summary = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not summary.get("ok") or summary.get("global_step") != steps:
-        return None
-    print(f"bench_mxnet: reusing {logdir}", flush=True)
-    return summary
-
-
 def full_run(config, args, python):
     """Accuracy curve (and compute-bound step time) without a rate limit."""
     spec = CONFIGS[config]
@@ -486,8 +473,11 @@ def full_run(config, args, python):
                           or p["step"] % 10 == 0],
                 "seconds_per_step": seconds_per_step(points, args.warmup),
                 "wire_bytes_per_step": run.get("wire_bytes_per_step")}
-    summary = finished_tlc_run(logdir, args.steps) if args.resume else None
-    if summary is None:
+    from tlc.job import launcher  # pylint: disable=import-outside-toplevel
+    summary = launcher.finished_run(logdir, args.steps) if args.resume else None
+    if summary is not None:
+        print(f"bench_mxnet: reusing {logdir}", flush=True)
+    else:
         summary = run_tlc(spec["config"], None, args.steps, logdir, "--log_every=10",
                           f"--eval_every={args.eval_every}", "--eval_examples=10000")
     curve = tlc_chief(summary)["curve"]
@@ -534,7 +524,8 @@ def render(results, args):
         try:
             plot(results, args.plot)
             if args.results_md:
-                where = os.path.relpath(args.plot, os.path.dirname(os.path.abspath(args.results_md)))
+                md_dir = os.path.dirname(os.path.abspath(args.results_md))
+                where = os.path.relpath(args.plot, md_dir)
                 text += f"\n\n![accuracy vs training time]({where})"
         except ImportError as e:
             print(f"bench_mxnet: no plot ({e})")

@@ -37,15 +37,10 @@ SECTION = "bench_training"
 
 
 def train(args, config, steps, logdir, *extra):
-    if args.resume:
-        try:
-            with open(os.path.join(logdir, "summary.json"), encoding="utf-8") as f:
-                summary = json.load(f)
-            if summary.get("ok") and (summary.get("global_step") or 0) >= steps:
-                print(f"reusing {logdir} (finished {summary['global_step']} steps)", flush=True)
-                return summary
-        except FileNotFoundError:
-            pass
+    summary = launcher.finished_run(logdir, steps) if args.resume else None
+    if summary is not None:
+        print(f"reusing {logdir} (finished {summary['global_step']} steps)", flush=True)
+        return summary
     return launcher.run_job([f"--flagfile=configs/{args.model_config}.cfg",
                              f"--flagfile=configs/{config}.cfg", f"--steps={steps}", *extra],
                             logdir, timeout=7200)[0]
@@ -261,8 +256,8 @@ def markdown(results, args):
     for config in configs:
         payload = payload_per_step(results["full"][config]["curve"])
         lines.append(f"| {config} | " + (f"{payload / 1e6:.3f} MB" if payload else "-") + " | "
-                     + " | ".join(f"{results['link'][r][config]['wire_bytes_per_step'] / 1e6:.3f} MB"
-                                  for r in rates) + " |")
+                     + " | ".join(f"{results['link'][r][config]['wire_bytes_per_step'] / 1e6:.3f}"
+                                  " MB" for r in rates) + " |")
     tta = results.get("time_to_accuracy")
     if tta:
         lines += ["", f"### Measured time to accuracy at {tta['rate']}", "",

@@ -205,7 +205,8 @@ def test_render_only_writes_its_section_and_leaves_the_rest(tmp_path):
     results = _results([{"step": 100, "accuracy": 0.80}, {"step": 200, "accuracy": 0.89}],
                        [{"step": 100, "accuracy": 0.86}, {"step": 300, "accuracy": 0.895}])
     results.update(started="2026-11-24 20:00:00")
-    results["settings"].update(tlc_3lc_config="3lc_s1.00", batch_size=64, learning_rate=0.05, seed=1,
+    results["settings"].update(tlc_3lc_config="3lc_s1.00", batch_size=64, learning_rate=0.05,
+                               seed=1,
                                momentum=0.9)
     (tmp_path / "r.json").write_text(json.dumps(results))
     md = tmp_path / "RESULTS.md"

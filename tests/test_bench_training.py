@@ -40,3 +40,16 @@ def test_slow_link_smoke(tmp_path):
     row = next(line for line in text.splitlines()
                if line.startswith("| stock_tf | ") and line.count("MB") == 2)
     assert abs(float(row.split("|")[2].split()[0]) * 1e6 - 4 * model_bytes) < 0.01 * model_bytes
+
+
+def test_resume_reuses_only_runs_that_finished(tmp_path):
+    from tlc.job import launcher
+    assert launcher.finished_run(str(tmp_path), 10) is None  # no summary
+    summary = tmp_path / "summary.json"
+    summary.write_text('{"ok": true, "global_step": 10}')
+    assert launcher.finished_run(str(tmp_path), 10)["global_step"] == 10
+    assert launcher.finished_run(str(tmp_path), 11) is None  # shorter than asked
+    summary.write_text('{"ok": false, "global_step": 10}')
+    assert launcher.finished_run(str(tmp_path), 10) is None  # failed
+    summary.write_text('{"ok": true, "glob')
+    assert launcher.finished_run(str(tmp_path), 10) is None  # cut short while written

@@ -35,6 +35,19 @@ def run_job(flags, logdir, timeout=3600):
         return json.load(f), proc.stdout
 
 
+def finished_run(logdir, steps):
+    """The summary of an earlier run in `logdir` that finished `steps` steps,
+    or None (missing, failed or shorter): lets a benchmark resume."""
+    try:
+        with open(os.path.join(logdir, "summary.json"), encoding="utf-8") as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not summary.get("ok") or (summary.get("global_step") or 0) < steps:
+        return None
+    return summary
+
+
 def failure_summary(logdir):
     """What the chief's log says about a failed run: its last step line and error."""
     try:
