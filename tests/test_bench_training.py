@@ -49,6 +49,7 @@ def test_resume_reuses_only_runs_that_finished(tmp_path):
     summary.write_text('{"ok": true, "global_step": 10}')
     assert launcher.finished_run(str(tmp_path), 10)["global_step"] == 10
     assert launcher.finished_run(str(tmp_path), 11) is None  # shorter than asked
+    assert launcher.finished_run(str(tmp_path), 9) is None  # longer: its bytes would be wrong
     summary.write_text('{"ok": false, "global_step": 10}')
     assert launcher.finished_run(str(tmp_path), 10) is None  # failed
     summary.write_text('{"ok": true, "glob')

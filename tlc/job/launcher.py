@@ -36,14 +36,15 @@ def run_job(flags, logdir, timeout=3600):
 
 
 def finished_run(logdir, steps):
-    """The summary of an earlier run in `logdir` that finished `steps` steps,
-    or None (missing, failed or shorter): lets a benchmark resume."""
+    """The summary of an earlier run in `logdir` that finished exactly `steps`
+    steps, or None (missing, failed, another length): lets a benchmark resume.
+    The caller keeps one directory per set of flags."""
     try:
         with open(os.path.join(logdir, "summary.json"), encoding="utf-8") as f:
             summary = json.load(f)
     except (OSError, ValueError):
         return None
-    if not summary.get("ok") or (summary.get("global_step") or 0) < steps:
+    if not summary.get("ok") or summary.get("global_step") != steps:
         return None
     return summary
 
