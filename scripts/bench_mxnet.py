@@ -41,7 +41,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tlc.job import netem  # noqa: E402  (stdlib only: light)
+from tlc.job import netem, report  # noqa: E402  (no TensorFlow: light)
 
 VENV = "/opt/tlc-mxnet"
 MXNET_REQUIREMENTS = ("mxnet==1.9.1", "numpy<1.24")
@@ -90,14 +90,8 @@ def step_points(records):
 
 
 def seconds_per_step(points, warmup=WARMUP):
-    """Mean seconds per step after `warmup` steps: from the end of the first
-    logged step >= warmup to the last one, less evaluation time in between."""
-    timed = [p for p in points if p["step"] >= warmup]
-    if len(timed) < 2 or timed[-1]["step"] == timed[0]["step"]:
-        raise ValueError(f"too few logged steps after warm-up ({len(timed)})")
-    evaluating = sum(p.get("eval_seconds", 0.0) for p in timed[:-1])
-    return (timed[-1]["time"] - timed[0]["time"] - evaluating) / (
-        timed[-1]["step"] - timed[0]["step"])
+    """Mean seconds per step from the end of the first logged step >= warmup."""
+    return report.seconds_per_step(points, warmup)
 
 
 def link_bytes(counters):
@@ -514,7 +508,6 @@ SECTION, HEADING = "peer", "A real peer: MXNet dist_sync with 2-bit compression"
 
 def render(results, args):
     """Writes the JSON, the plot and the section of --results_md; returns the text."""
-    from tlc.job import report  # pylint: disable=import-outside-toplevel
     results["alternative_targets"] = alternative_targets(results)
     text = markdown(results)
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

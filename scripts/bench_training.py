@@ -52,12 +52,7 @@ def chief(summary):
 
 def step_time(summary):
     """Mean seconds per global step after the warm-up steps."""
-    curve = [p for p in chief(summary)["curve"] if p["step"] > WARMUP]
-    if len(curve) < 2:
-        raise RuntimeError("too few logged steps to time")
-    evaluating = sum(p.get("eval_seconds", 0.0) for p in curve[:-1])  # periodic test accuracy
-    return (curve[-1]["time"] - curve[0]["time"] - evaluating) / (
-        curve[-1]["step"] - curve[0]["step"])
+    return report.seconds_per_step(chief(summary)["curve"], WARMUP + 1)
 
 
 def ps_wire(summary):

@@ -109,3 +109,14 @@ def write_markdown_section(path, tag, heading, text):
         doc = doc.rstrip("\n") + ("\n\n" if doc else "") + block
     with open(path, "w", encoding="utf-8") as f:
         f.write(doc)
+
+
+def seconds_per_step(points, warmup):
+    """Mean seconds per step after `warmup` steps: from the end of the first
+    logged step >= warmup to the last one, less evaluation time in between."""
+    timed = [p for p in points if p["step"] >= warmup]
+    if len(timed) < 2 or timed[-1]["step"] == timed[0]["step"]:
+        raise ValueError(f"too few logged steps after warm-up ({len(timed)})")
+    evaluating = sum(p.get("eval_seconds", 0.0) for p in timed[:-1])
+    return (timed[-1]["time"] - timed[0]["time"] - evaluating) / (
+        timed[-1]["step"] - timed[0]["step"])
