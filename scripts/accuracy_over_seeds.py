@@ -24,14 +24,18 @@ from tlc.job import launcher, report  # noqa: E402
 S_VALUES = ("1.00", "1.50", "1.75", "1.90")
 
 
-def variants(block_size):
-    """label -> flags after configs/fashion_mnist.cfg."""
+def variants(block_size, pull_s=None):
+    """label -> flags after configs/fashion_mnist.cfg. With pull_s, the model
+    pull runs at that s (labels get a _pull<s> suffix)."""
     out = {"float32": ["--flagfile=configs/float32.cfg"]}
+    suffix, pull_flags = "", []
+    if pull_s is not None:
+        suffix, pull_flags = f"_pull{pull_s:g}", [f"--pull_sparsity_multiplier={pull_s}"]
     for scaling in ("tensor", "block"):
         for s in S_VALUES:
-            out[f"{scaling}{float(s):g}"] = [
+            out[f"{scaling}{float(s):g}{suffix}"] = [
                 f"--flagfile=configs/3lc_s{s}.cfg", f"--scaling={scaling}",
-                f"--block_size={block_size}"]
+                f"--block_size={block_size}", *pull_flags]
     return out
 
 
@@ -105,6 +109,7 @@ def main():
     parser.add_argument("--only", help="comma-separated labels (float32, tensor1.75, block1.9, ...)")
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--block_size", type=int, default=1000)
+    parser.add_argument("--pull_s", type=float, help="s of the model pull (default: the push's)")
     parser.add_argument("--logdir", default="runs/accuracy")
     parser.add_argument("--table_only", action="store_true", help="no runs, just the table")
     parser.add_argument("--out", help="markdown file to put the table in: replaces the part "
@@ -115,7 +120,7 @@ def main():
     args = parser.parse_args()
     models = args.models.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
-    all_variants = variants(args.block_size)
+    all_variants = variants(args.block_size, args.pull_s)
     labels = [l for l in all_variants if not args.only or l in args.only.split(",")]
     logdir = os.path.join(args.logdir, f"B{args.block_size}")
     if not args.table_only:

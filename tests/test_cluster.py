@@ -120,6 +120,8 @@ def test_wire_bytes_at_least_10x_smaller_than_float32(tmp_path):
     (["--netem_rate=1gbit", "--netem_rate_changes=10:fast"], "rate must look like"),
     (["--sync=tf", "--compressor=3lc"], "--sync=tf is TensorFlow's own optimizer"),
     (["--sync=tf", "--compressor=float32", "--pull_compressor=3lc"], "no --pull_compressor"),
+    (["--pull_sparsity_multiplier=2.5"], "--pull_sparsity_multiplier must be in [1, 2)"),
+    (["--compressor=float32", "--pull_sparsity_multiplier=1.0"], "needs a 3lc model pull"),
 ])
 def test_bad_configuration_is_refused(tmp_path, flags, message):
     proc = subprocess.run([sys.executable, "-m", "tlc.train", f"--logdir={tmp_path}/run", *flags],

@@ -515,3 +515,18 @@ def test_3lc_block_scaling_pushes_and_pulls(name):
 def test_3lc_bad_scaling(kwargs):
     with pytest.raises(ValueError, match="3lc: (scaling|block_size)"):
         compressors.create("3lc", **kwargs)
+
+
+def test_pull_sparsity_multiplier_gives_the_pull_its_own_s():
+    from types import SimpleNamespace
+
+    from tlc.job import task
+    flags = SimpleNamespace(compressor="3lc", pull_compressor=None, compressor_args="",
+                            sparsity_multiplier=1.9, adaptive=True, scaling="block",
+                            block_size=1000, pull_sparsity_multiplier=None)
+    assert task.pull_compressor_from_flags(flags) is None  # the push's compressor pulls
+    flags.pull_sparsity_multiplier = 1.0
+    pull = task.pull_compressor_from_flags(flags)
+    push = task.compressor_from_flags(flags.compressor, flags)
+    assert (pull.sparsity_multiplier, push.sparsity_multiplier) == (1.0, 1.9)
+    assert (pull.block_size, pull.adaptive) == (push.block_size, push.adaptive)

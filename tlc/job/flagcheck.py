@@ -46,6 +46,13 @@ def errors(flags):
     found = []
     if not 1.0 <= flags.sparsity_multiplier < 2.0:
         found.append(f"--sparsity_multiplier must be in [1, 2), got {flags.sparsity_multiplier}")
+    pull_s = flags.pull_sparsity_multiplier
+    if pull_s is not None:
+        if not 1.0 <= pull_s < 2.0:
+            found.append(f"--pull_sparsity_multiplier must be in [1, 2), got {pull_s}")
+        if (flags.pull_compressor or flags.compressor) != "3lc":
+            found.append("--pull_sparsity_multiplier needs a 3lc model pull (--compressor=3lc or "
+                         f"--pull_compressor=3lc), got {flags.pull_compressor or flags.compressor}")
     if flags.scaling == "block" and not (flags.block_size > 0 and flags.block_size % 5 == 0):
         found.append(f"--block_size must be a positive multiple of 5, got {flags.block_size}")
     for flag in ("compressor", "pull_compressor"):

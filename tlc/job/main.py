@@ -65,6 +65,8 @@ flags.DEFINE_string("compressor_args", "", "Compressor parameters, e.g. p=0.01,d
 flags.DEFINE_float("push_budget", None, "3lc_auto: seconds a step's push may take (s follows "
                    "the measured link rate); aqgb_auto: time the last layer's push may take.")
 flags.DEFINE_string("pull_compressor", None, "Compressor for model pulls (default: as push).")
+flags.DEFINE_float("pull_sparsity_multiplier", None, "3LC sparsity multiplier of the model pull "
+                   "in [1, 2) (default: --sparsity_multiplier). Needs a 3lc pull compressor.")
 flags.DEFINE_integer("compress_threshold", 1024, "Tensors with fewer elements go uncompressed.")
 # Output.
 flags.DEFINE_string("logdir", None, "Run directory: task logs, TensorBoard, checkpoints, "

@@ -88,11 +88,12 @@ def _error_summary(error):
 
 
 
-def compressor_from_flags(name, flags):
-    """Builds the compressor a flag names, with its flag-given parameters."""
+def compressor_from_flags(name, flags, sparsity_multiplier=None):
+    """Builds the compressor a flag names, with its flag-given parameters
+    (3LC's s: `sparsity_multiplier` if given, else --sparsity_multiplier)."""
     kwargs = parse_compressor_args(flags.compressor_args)
     if name in ("3lc", "3lc_auto"):
-        kwargs.setdefault("sparsity_multiplier", flags.sparsity_multiplier)
+        kwargs.setdefault("sparsity_multiplier", sparsity_multiplier or flags.sparsity_multiplier)
         kwargs.setdefault("adaptive", flags.adaptive)
         kwargs.setdefault("scaling", flags.scaling)
         kwargs.setdefault("block_size", flags.block_size)
@@ -100,6 +101,15 @@ def compressor_from_flags(name, flags):
         return compressors.create(name, **kwargs)
     except TypeError as e:
         raise ValueError(f"--compressor_args do not fit compressor {name!r}: {e}") from e
+
+
+def pull_compressor_from_flags(flags):
+    """The model pull's compressor, or None for the push's. With
+    --pull_sparsity_multiplier the pull is its own 3LC instance at that s."""
+    name = flags.pull_compressor
+    if name is None and flags.pull_sparsity_multiplier is None:
+        return None
+    return compressor_from_flags(name or flags.compressor, flags, flags.pull_sparsity_multiplier)
 
 
 def make_inner_optimizer(flags):
@@ -121,8 +131,7 @@ def _tlc_optimizer(flags, num_workers, per_example_loss):
         replicas_to_aggregate=num_workers - flags.backup_workers,
         total_num_replicas=num_workers,
         compressor=compressor,
-        pull_compressor=(compressor_from_flags(flags.pull_compressor, flags)
-                         if flags.pull_compressor else None),
+        pull_compressor=pull_compressor_from_flags(flags),
         compress_threshold=flags.compress_threshold)
 
 
