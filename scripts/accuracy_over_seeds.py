@@ -28,14 +28,15 @@ def variants(block_size, pull_s=None):
     """label -> flags after configs/fashion_mnist.cfg. With pull_s, the model
     pull runs at that s (labels get a _pull<s> suffix)."""
     out = {"float32": ["--flagfile=configs/float32.cfg"]}
-    suffix, pull_flags = "", []
-    if pull_s is not None:
-        suffix, pull_flags = f"_pull{pull_s:g}", [f"--pull_sparsity_multiplier={pull_s}"]
     for scaling in ("tensor", "block"):
         for s in S_VALUES:
-            out[f"{scaling}{float(s):g}{suffix}"] = [
+            label, flags = f"{scaling}{float(s):g}", [
                 f"--flagfile=configs/3lc_s{s}.cfg", f"--scaling={scaling}",
-                f"--block_size={block_size}", *pull_flags]
+                f"--block_size={block_size}"]
+            if pull_s is not None and pull_s != float(s):  # else the same run as without
+                label += f"_pull{pull_s:g}"
+                flags.append(f"--pull_sparsity_multiplier={pull_s}")
+            out[label] = flags
     return out
 
 
@@ -72,9 +73,10 @@ def mean_std(values):
     return f"{100 * mean:.2f} +- {100 * std:.2f}", mean
 
 
-def table(logdir, models, labels, seeds, steps, block_size):
+def table(logdir, models, labels, seeds, steps, block_size, pull_s=None):
+    pull = "" if pull_s is None else f"; rows ending _pull{pull_s:g} pull the model at s = {pull_s:g}"
     lines = [f"Fashion-MNIST, 1 PS + 2 workers, {steps} steps, Momentum 0.05/0.9, batch 64 per "
-             f"worker; block scaling with B = {block_size}. Accuracy in points (mean +- std over "
+             f"worker; block scaling with B = {block_size}{pull}. Accuracy in points (mean +- std over "
              "the seeds measured); bits/value averaged over the run; delta against float32's "
              "mean. Rows with 0 seeds are not measured yet.", "",
              "| model | compressor | seeds | test accuracy (%) | delta vs float32 | "
@@ -129,7 +131,7 @@ def main():
                 for label in labels:
                     run_one(all_variants[label], model, seed, args.steps,
                             run_dir(logdir, model, label, seed))
-    text = table(logdir, models, labels, seeds, args.steps, args.block_size)
+    text = table(logdir, models, labels, seeds, args.steps, args.block_size, args.pull_s)
     print(text)
     if args.out:
         heading = args.heading or f"Accuracy over seeds (block size {args.block_size})"

@@ -87,6 +87,16 @@ def test_backup_workers_keep_training(tmp_path):
     assert s["pull_compressions"] == 30 * s["workers"][0]["compressed_variables"]
 
 
+def test_pull_runs_at_its_own_sparsity_multiplier(tmp_path):
+    s = run_job(tmp_path, "--flagfile=configs/3lc_s1.90.cfg", "--pull_sparsity_multiplier=1.0",
+                "--model=mlp", "--steps=20")
+    assert s["ok"] and s["global_step"] == 20
+    # Read back from the optimizer each worker trained with.
+    for w in s["workers"]:
+        assert w["compressor"] == "3lc(s=1.9, block=1000)"
+        assert w["pull_compressor"] == "3lc(s=1, block=1000)"
+
+
 @pytest.mark.skipif(not netem.netem_available()[0], reason="network namespaces: "
                     + netem.netem_available()[1])
 def test_wire_bytes_at_least_10x_smaller_than_float32(tmp_path):

@@ -105,6 +105,7 @@ def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=Non
                         {f"{job}{index}": c for (job, index), c in codes.items() if c != 0},
         "model": chief.get("model"),
         "compressor": chief.get("compressor"),
+        "pull_compressor": chief.get("pull_compressor"),
         "global_step": chief.get("global_step"),
         "test_accuracy": chief.get("test_accuracy"),
         "final_loss": chief.get("final_loss"),

@@ -24,8 +24,10 @@ def lines(summary, logdir, drawn=()):
     steps = s.get("worker_steps") or 0
     workers = len(s.get("workers") or [])
     if s.get("ok"):
+        pull = s.get("pull_compressor")
+        pull = f" (pulls: {pull})" if pull and pull != s.get("compressor") else ""
         out = [f"tlc: done: {s.get('global_step')} steps of {s.get('model')} with "
-               f"{s.get('compressor')} on {workers} workers"]
+               f"{s.get('compressor')}{pull} on {workers} workers"]
     else:
         failed = s.get("failed_tasks")  # not the tasks the launcher stopped because of them
         if failed is None:

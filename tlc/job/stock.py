@@ -29,7 +29,7 @@ class StockSync:
         def describe():
             return "TF SyncReplicasOptimizer (float32)"
 
-    compressor = _Described()
+    compressor = pull_compressor = _Described()
 
     def compute_gradients(self, loss):
         return self._sync.compute_gradients(loss)

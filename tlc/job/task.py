@@ -182,7 +182,8 @@ def _run_worker(server, cluster, spec, index, config, flags):
     hooks = [sync.make_session_run_hook(is_chief, num_tokens=0)]
     traffic = sync.traffic
     start = time.time()
-    summary = {"task": index, "model": model_name, "compressor": sync.compressor.describe()}
+    summary = {"task": index, "model": model_name, "compressor": sync.compressor.describe(),
+               "pull_compressor": sync.pull_compressor.describe()}
     with training_session(server.target, is_chief, hooks, checkpoint_dir=checkpoint_dir,
                           save_checkpoint_steps=flags.checkpoint_steps or None,
                           save_checkpoint_secs=flags.checkpoint_secs or None,

@@ -77,6 +77,10 @@ class SyncReplicasOptimizer(Push, SparseRows, Aggregation, PullLog, Replay, Full
     def compressor(self):
         return self._compressor
 
+    @property
+    def pull_compressor(self):
+        return self._pull_compressor
+
     def compute_gradients(self, *args, **kwargs):
         return self._opt.compute_gradients(*args, **kwargs)
 
