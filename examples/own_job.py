@@ -76,7 +76,9 @@ def run_worker(server, cluster, index, args):
         opt = SyncReplicasOptimizer(tf.compat.v1.train.MomentumOptimizer(0.05, 0.9),
                                     replicas_to_aggregate=num_workers,
                                     total_num_replicas=num_workers,
-                                    compressor=ThreeLC(sparsity_multiplier=1.5))
+                                    compressor=ThreeLC(sparsity_multiplier=1.5, scaling="block"),
+                                    pull_compressor=ThreeLC(sparsity_multiplier=1.0,
+                                                            scaling="block"))
         train_op = opt.minimize(loss, global_step=global_step)
 
     x, y = load_fashion_mnist(args.data_dir)
