@@ -38,7 +38,8 @@ class GolombWriter {
 // Reads Golomb-Rice code words; rejects truncated words and bad padding.
 class GolombReader {
  public:
-  GolombReader(const uint8_t* code, int64_t len, int b) : code_(code), len_(len), b_(b) {}
+  GolombReader(const uint8_t* code, int64_t len, int b, int64_t bit_pos = 0)
+      : code_(code), len_(len), b_(b), pos_(bit_pos) {}
   // True if only padding (fewer than 8 one-bits closing the last byte) remains.
   bool AtEnd() const;
   // Reads one gap; fails if it is truncated or larger than max_gap.

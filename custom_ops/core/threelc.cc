@@ -3,142 +3,25 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "base3.h"
 #include "golomb.h"
+#include "kernels.h"
 #include "zero_run.h"
 
 namespace tlc {
 namespace {
 
 constexpr int64_t kMinElementsPerTask = 1 << 16;
-constexpr int64_t kChunkGroups = 512;  // groups quantized per inner chunk
-
-struct Pass1 {
-  float max_abs = 0.0f;
-  bool finite = true;
-};
-
-// Hot loops get an AVX2 clone picked at load time; both clones compute the
-// same IEEE results (no FMA contraction), so bytes never depend on the CPU.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TLC_HOT __attribute__((target_clones("avx2", "default")))
-#else
-#define TLC_HOT
-#endif
-
-// max|x + e| over [begin, end) and whether every sum is finite. For
-// non-negative floats the bit patterns order like the values, with +inf and
-// NaN above every finite value, so one integer max does both jobs and
-// vectorises.
-TLC_HOT Pass1 MaxAbs(const float* x, const float* e, int64_t begin, int64_t end) {
-  uint32_t top = 0;
-  for (int64_t i = begin; i < end; ++i) {
-    float a = x[i] + e[i];
-    uint32_t bits;
-    std::memcpy(&bits, &a, sizeof(bits));
-    bits &= 0x7FFFFFFFu;
-    top = bits > top ? bits : top;
-  }
-  float mx;
-  std::memcpy(&mx, &top, sizeof(mx));
-  return Pass1{mx, top < 0x7F800000u};
-}
 
 int64_t FirstNonFinite(const float* x, const float* e, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite(x[i] + e[i])) return i;
   }
   return -1;
-}
-
-// q for a value against the threshold h = m/2, as a digit q + 1, and the new
-// error a - m*q.
-inline uint8_t Quantize(float a, float half, float m, float* e_out, int* nonzeros) {
-  const int q = static_cast<int>(a > half) - static_cast<int>(a < -half);
-  *e_out = a - m * static_cast<float>(q);
-  *nonzeros += q != 0;
-  return static_cast<uint8_t>(q + 1);
-}
-
-inline uint8_t PackGroup(const uint8_t* d) {
-  return static_cast<uint8_t>(81 * d[0] + 27 * d[1] + 9 * d[2] + 3 * d[3] + d[4]);
-}
-
-// Quantizes groups [g0, g1) the plain way (also the last, partial group).
-int64_t QuantizeGroups(const float* x, const float* e_in, float* e_out, int64_t n, float m,
-                       int64_t g0, int64_t g1, ZreSliceEncoder* enc) {
-  const float half = m * 0.5f;
-  uint8_t digits[kChunkGroups * kGroupSize];
-  uint8_t packed[kChunkGroups];
-  int nonzeros = 0;
-  for (int64_t g = g0; g < g1; g += kChunkGroups) {
-    const int64_t groups = std::min(kChunkGroups, g1 - g);
-    const int64_t first = g * kGroupSize;
-    const int64_t count = std::min(groups * kGroupSize, n - first);
-    for (int64_t i = 0; i < count; ++i) {
-      digits[i] = Quantize(x[first + i] + e_in[first + i], half, m, e_out + first + i, &nonzeros);
-    }
-    for (int64_t i = count; i < groups * kGroupSize; ++i) digits[i] = 1;  // padding
-    for (int64_t j = 0; j < groups; ++j) packed[j] = PackGroup(digits + j * kGroupSize);
-    enc->Feed(packed, groups);
-  }
-  return nonzeros;
-}
-
-// Groups checked at once for the all-zero case: most of a sparse stream.
-constexpr int64_t kSpanGroups = 8;
-constexpr int64_t kSpan = kSpanGroups * kGroupSize;
-
-// e_out = a = x + e for one span; whether any |a| > half. Vectorises (no
-// early exit). e_out may alias e: each element is read before it is written.
-TLC_HOT bool SumSpan(const float* x, const float* e, float half, float* e_out) {
-  int loud = 0;
-  for (int64_t i = 0; i < kSpan; ++i) {
-    const float a = x[i] + e[i];
-    e_out[i] = a;
-    loud |= static_cast<int>(a > half) | static_cast<int>(a < -half);
-  }
-  return loud != 0;
-}
-
-// Quantizes one group of five whose e_out already holds a (in place).
-inline uint8_t QuantizeGroupInPlace(float* a, float half, float m, int* nonzeros) {
-  uint8_t d[kGroupSize];
-  for (int k = 0; k < kGroupSize; ++k) d[k] = Quantize(a[k], half, m, a + k, nonzeros);
-  return PackGroup(d);
-}
-
-// Quantizes, updates the error and packs groups [g0, g1), feeding the bytes to
-// the slice encoder. Returns the number of non-zero q. Whole spans of 40
-// values take a fast path: e_out = a first (a - m*0 == a, bit for bit, so
-// that is already the new error of every zero), then only groups with a
-// value past m/2 are quantized; a span without one is 8 zero groups.
-TLC_HOT int64_t QuantizeSlice(const float* x, const float* e_in, float* e_out, int64_t n, float m,
-                              int64_t g0, int64_t g1, ZreSliceEncoder* enc) {
-  const float half = m * 0.5f;
-  const int64_t spans_end = g0 + std::max<int64_t>(0, std::min(g1, n / kGroupSize) - g0) /
-                                     kSpanGroups * kSpanGroups;
-  int nonzeros = 0;
-  for (int64_t g = g0; g < spans_end; g += kSpanGroups) {
-    const int64_t first = g * kGroupSize;
-    float* a = e_out + first;
-    if (!SumSpan(x + first, e_in + first, half, a)) {
-      enc->FeedZeroGroups(kSpanGroups);
-      continue;
-    }
-    uint8_t packed[kSpanGroups];
-    for (int64_t j = 0; j < kSpanGroups; ++j) {
-      float* group = a + j * kGroupSize;
-      bool loud = false;
-      for (int k = 0; k < kGroupSize; ++k) loud |= (group[k] > half) | (group[k] < -half);
-      packed[j] = loud ? QuantizeGroupInPlace(group, half, m, &nonzeros) : kZeroGroup;
-    }
-    enc->Feed(packed, kSpanGroups);
-  }
-  return nonzeros + QuantizeGroups(x, e_in, e_out, n, m, spans_end, g1, enc);
 }
 
 void PutVarint(uint64_t v, std::vector<uint8_t>* out) {
@@ -161,40 +44,22 @@ Status GetVarint(const uint8_t* p, int64_t len, int64_t* pos, uint64_t* v) {
   return Status::Invalid("3lc: count is too long");
 }
 
-// Golomb/sign body (after the tag) of the stream held in `parts`.
-Status EncodeGolombSigns(const std::vector<ZrePart>& parts, const std::vector<int64_t>& part_g0,
-                         int64_t n, int64_t nonzeros, std::vector<uint8_t>* body) {
+// Golomb/sign body (after the tag) of the quantized slices.
+Status EncodeGolombSigns(const std::vector<SliceBits>& slices, int64_t n, int64_t nonzeros,
+                         std::vector<uint8_t>* body) {
   int b;
   TLC_RETURN_IF_ERROR(GolombBstar(n > 0 ? static_cast<double>(nonzeros) / n : 0.0, &b));
-  body->clear();
-  body->push_back(static_cast<uint8_t>(b));
-  PutVarint(static_cast<uint64_t>(nonzeros), body);
-  const size_t signs_at = body->size();
-  body->resize(signs_at + (nonzeros + 7) / 8, 0);
-  std::vector<uint8_t> positions;
-  GolombWriter writer(b, &positions);
-  const Base3Table& table = GetBase3Table();
-  int64_t prev = -1, index = 0;
-  uint8_t* signs = body->data() + signs_at;
-  for (size_t p = 0; p < parts.size(); ++p) {
-    if (parts[p].all_zero) continue;
-    ZreVisit(
-        parts[p].middle.get(), 0, parts[p].middle_size, part_g0[p] + parts[p].lead,
-        [&](int64_t g, uint8_t byte) {
-          const int8_t* q = table.q[byte];
-          for (int k = 0; k < kGroupSize; ++k) {
-            if (q[k] == 0) continue;
-            int64_t pos = g * kGroupSize + k;
-            writer.Gap(static_cast<uint64_t>(pos - prev));
-            prev = pos;
-            if (q[k] < 0) signs[index >> 3] |= static_cast<uint8_t>(0x80 >> (index & 7));
-            ++index;
-          }
-        },
-        [](int64_t, int64_t) {});
-  }
-  writer.Finish();
-  body->insert(body->end(), positions.begin(), positions.end());
+  std::vector<uint8_t> head;
+  head.push_back(static_cast<uint8_t>(b));
+  PutVarint(static_cast<uint64_t>(nonzeros), &head);
+  const int64_t signs_at = static_cast<int64_t>(head.size());
+  const int64_t positions_at = signs_at + (nonzeros + 7) / 8;
+  // Room for the largest code plus the 8 bytes the bit writer stores past it.
+  body->resize(positions_at + GolombBytesBound(nonzeros, n, b) + 8);
+  std::memcpy(body->data(), head.data(), head.size());
+  const int64_t code = WriteGolombOfBits(slices.data(), static_cast<int64_t>(slices.size()), b,
+                                         body->data() + signs_at, body->data() + positions_at);
+  body->resize(positions_at + code);
   return Status::Ok();
 }
 
@@ -265,34 +130,27 @@ Status DecodeGolombSigns(const uint8_t* body, int64_t len, const ScaleMap& scale
     return Status::Invalid("3lc: sign padding bits are not zero");
   }
   pos += sign_bytes;
-  std::vector<int64_t> positions(count);
-  GolombReader reader(body + pos, len - pos, b);
-  int64_t prev = -1;
-  for (uint64_t i = 0; i < count; ++i) {
-    uint64_t d;
-    TLC_RETURN_IF_ERROR(reader.Gap(static_cast<uint64_t>(n - 1 - prev), &d));
-    prev += static_cast<int64_t>(d);
-    positions[i] = prev;
+  // Positions and signs into per-element masks (validating every code word),
+  // then the output from the masks.
+  const int64_t words = n / 64 + 1;
+  std::unique_ptr<uint64_t[]> masks(new uint64_t[2 * words]());
+  uint64_t *nz = masks.get(), *neg = masks.get() + words;
+  int64_t end_bit = 0;
+  TLC_RETURN_IF_ERROR(
+      DecodeGolombToBits(body + pos, len - pos, b, count, n, signs, nz, neg, &end_bit));
+  if (!GolombReader(body + pos, len - pos, b, end_bit).AtEnd()) {
+    return Status::Invalid("3lc: bytes left after the last position");
   }
-  if (!reader.AtEnd()) return Status::Invalid("3lc: bytes left after the last position");
-  if (!accumulate) {
-    int64_t tasks = exec.NumTasks(n, kMinElementsPerTask);
-    exec.ParallelFor(tasks, [&](int64_t t) {
-      int64_t begin, end;
-      TaskRange(n, tasks, t, &begin, &end);
-      std::memset(out + begin, 0, sizeof(float) * (end - begin));
-    });
-  }
-  for (uint64_t i = 0; i < count; ++i) {
-    const bool negative = (signs[i >> 3] >> (7 - (i & 7))) & 1;
-    const float m = scale.Of(positions[i]);
-    const float v = negative ? -m : m;
+  const int64_t tasks = exec.NumTasks(n, kMinElementsPerTask);
+  exec.ParallelFor(tasks, [&](int64_t t) {
+    int64_t begin, end;
+    TaskRange(n, tasks, t, &begin, &end);
     if (accumulate) {
-      out[positions[i]] += v;
+      AccumulateBits(nz, neg, scale.scales, scale.span, begin, end, out);
     } else {
-      out[positions[i]] = v;
+      ExpandBits(nz, neg, scale.scales, scale.span, begin, end, out);
     }
-  }
+  });
   return Status::Ok();
 }
 
@@ -319,13 +177,6 @@ int64_t NumScales(int64_t n, int64_t block_size) {
 
 namespace {
 
-// The parts every compress path fills in: one zero-run slice per task.
-struct Slices {
-  std::vector<ZrePart> parts;
-  std::vector<int64_t> part_g0, nonzeros;
-  explicit Slices(int64_t count) : parts(count), part_g0(count), nonzeros(count) {}
-};
-
 std::string NonFiniteMessage(const float* x, const float* e, int64_t n) {
   return "3lc: non-finite value (x + error) at element " +
          std::to_string(FirstNonFinite(x, e, n)) + " of " + std::to_string(n);
@@ -339,13 +190,14 @@ std::string OverflowMessage(float max_abs, float s) {
 // The paper's scaling: pass 1 finds M over the whole tensor (writing nothing,
 // so a bad input changes nothing), pass 2 quantizes against m = M * s.
 Status QuantizePerTensor(const float* x, const float* error_in, float* error_out, int64_t n,
-                         float s, const Executor& exec, float* m_out, Slices* out) {
+                         float s, const Executor& exec, float* m_out,
+                         std::vector<SliceBits>* out) {
   int64_t tasks = exec.NumTasks(n, kMinElementsPerTask);
-  std::vector<Pass1> partial(std::max<int64_t>(tasks, 1));
+  std::vector<MaxAbsResult> partial(std::max<int64_t>(tasks, 1));
   exec.ParallelFor(tasks, [&](int64_t t) {
     int64_t begin, end;
     TaskRange(n, tasks, t, &begin, &end);
-    partial[t] = MaxAbs(x, error_in, begin, end);
+    partial[t] = MaxAbsSum(x + begin, error_in + begin, end - begin);
   });
   float max_abs = 0.0f;
   for (int64_t t = 0; t < tasks; ++t) {
@@ -357,14 +209,18 @@ Status QuantizePerTensor(const float* x, const float* error_in, float* error_out
 
   const int64_t groups = PackedSize(n);
   const int64_t slices = exec.NumTasks(groups, kMinElementsPerTask / kGroupSize);
-  *out = Slices(slices);
+  out->clear();
+  out->resize(slices);
   exec.ParallelFor(slices, [&](int64_t t) {
     int64_t g0, g1;
     TaskRange(groups, slices, t, &g0, &g1);
-    out->part_g0[t] = g0;
-    ZreSliceEncoder enc(&out->parts[t], g1 - g0);
-    out->nonzeros[t] = QuantizeSlice(x, error_in, error_out, n, m, g0, g1, &enc);
-    enc.Finish();
+    SliceBits& bits = (*out)[t];
+    bits.Allocate(g0 * kGroupSize, std::min(n, g1 * kGroupSize));
+    SliceSinks sinks(bits);
+    const int64_t begin = bits.begin;
+    bits.nonzeros = QuantizeToBits(x + begin, error_in + begin, error_out + begin,
+                                   bits.end - begin, m, &sinks);
+    sinks.Finish();
   });
   *m_out = m;
   return Status::Ok();
@@ -374,38 +230,38 @@ Status QuantizePerTensor(const float* x, const float* error_in, float* error_out
 // back to back, while the block's x and error are still in cache.
 Status QuantizePerBlock(const float* x, const float* error_in, float* error_out, int64_t n,
                         float s, int64_t block, const Executor& exec, float* scales,
-                        Slices* out) {
+                        std::vector<SliceBits>* out) {
   const int64_t blocks = NumScales(n, block);
   const int64_t slices = exec.NumTasks(blocks, std::max<int64_t>(1, kMinElementsPerTask / block));
-  *out = Slices(slices);
+  out->clear();
+  out->resize(slices);
   std::vector<int64_t> bad_block(slices, -1);  // first failing block of each slice
   exec.ParallelFor(slices, [&](int64_t t) {
     int64_t b0, b1;
     TaskRange(blocks, slices, t, &b0, &b1);
-    const int64_t g0 = b0 * (block / kGroupSize);
-    const int64_t g1 = std::min(PackedSize(n), b1 * (block / kGroupSize));
-    out->part_g0[t] = g0;
-    ZreSliceEncoder enc(&out->parts[t], g1 - g0);
+    SliceBits& bits = (*out)[t];
+    bits.Allocate(b0 * block, std::min(n, b1 * block));
+    SliceSinks sinks(bits);
     int64_t nonzeros = 0;
     for (int64_t k = b0; k < b1; ++k) {
       const int64_t begin = k * block, end = std::min(n, begin + block);
-      const Pass1 p = MaxAbs(x, error_in, begin, end);
+      const MaxAbsResult p = MaxAbsSum(x + begin, error_in + begin, end - begin);
       const float m = p.max_abs * s;
       if (!p.finite || !std::isfinite(m)) {
         bad_block[t] = k;
         break;
       }
       scales[k] = m;
-      nonzeros += QuantizeSlice(x, error_in, error_out, n, m, begin / kGroupSize,
-                                PackedSize(end), &enc);
+      nonzeros += QuantizeToBits(x + begin, error_in + begin, error_out + begin, end - begin, m,
+                                 &sinks);
     }
-    enc.Finish();
-    out->nonzeros[t] = nonzeros;
+    sinks.Finish();
+    bits.nonzeros = nonzeros;
   });
   for (int64_t t = 0; t < slices; ++t) {
     if (bad_block[t] < 0) continue;
     const int64_t begin = bad_block[t] * block, end = std::min(n, begin + block);
-    const Pass1 p = MaxAbs(x, error_in, begin, end);
+    const MaxAbsResult p = MaxAbsSum(x + begin, error_in + begin, end - begin);
     std::string what = p.finite ? OverflowMessage(p.max_abs, s)
                                 : NonFiniteMessage(x, error_in, n);
     return Status::Invalid(what + " (block " + std::to_string(bad_block[t]) + "; earlier blocks' "
@@ -423,26 +279,25 @@ Status Compress3LC(const float* x, const float* error_in, float* error_out, int6
   TLC_RETURN_IF_ERROR(CheckBlockSize(block_size));
   if (n < 0) return Status::Invalid("3lc: negative element count");
 
-  Slices slices(0);
+  std::vector<SliceBits> slices;
   if (block_size == 0) {
     TLC_RETURN_IF_ERROR(QuantizePerTensor(x, error_in, error_out, n, s, exec, scales, &slices));
   } else {
     TLC_RETURN_IF_ERROR(
         QuantizePerBlock(x, error_in, error_out, n, s, block_size, exec, scales, &slices));
   }
-  const std::vector<ZrePart>& parts = slices.parts;
+  const int64_t num_slices = static_cast<int64_t>(slices.size());
   int64_t total_nonzeros = 0;
-  for (int64_t v : slices.nonzeros) total_nonzeros += v;
+  for (const SliceBits& b : slices) total_nonzeros += b.nonzeros;
 
-  const int64_t zre_size = JoinedSize(parts);
+  const int64_t zre_size = ZeroRunSizeOfBits(slices.data(), num_slices, n);
   std::vector<uint8_t> golomb;
   bool use_golomb = false;
   if (adaptive) {
     // A position costs at least 2 bits (terminating zero and sign): skip the
     // Golomb pass when even that cannot beat the zero-run code.
     if (total_nonzeros * 2 < zre_size * 8) {
-      TLC_RETURN_IF_ERROR(
-          EncodeGolombSigns(parts, slices.part_g0, n, total_nonzeros, &golomb));
+      TLC_RETURN_IF_ERROR(EncodeGolombSigns(slices, n, total_nonzeros, &golomb));
       use_golomb = static_cast<int64_t>(golomb.size()) < zre_size;
     }
   }
@@ -456,7 +311,7 @@ Status Compress3LC(const float* x, const float* error_in, float* error_out, int6
   if (use_golomb) {
     std::memcpy(out + header, golomb.data(), golomb.size());
   } else {
-    JoinParts(parts, out + header);
+    WriteZeroRunOfBits(slices.data(), num_slices, n, zre_size, out + header);
   }
   float top = 0.0f;
   for (int64_t k = 0; k < NumScales(n, block_size); ++k) top = std::max(top, scales[k]);

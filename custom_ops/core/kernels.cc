@@ -1,0 +1,808 @@
+#include "kernels.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "zero_run.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TLC_X86_KERNELS 1
+#include <immintrin.h>
+// Everything an AVX2 kernel may use; UseAvx2Kernels checks each at run time.
+#define TLC_AVX2 __attribute__((target("avx2,bmi,bmi2,popcnt")))
+#else
+#define TLC_X86_KERNELS 0
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TLC_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define TLC_ALWAYS_INLINE inline
+#endif
+
+namespace tlc {
+
+bool UseAvx2Kernels() {
+#if TLC_X86_KERNELS
+  static const bool use = [] {
+    const char* generic = std::getenv("TLC_CODEC_GENERIC");
+    if (generic != nullptr && generic[0] != '\0' && std::strcmp(generic, "0") != 0) return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+           __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+  }();
+  return use;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+TLC_ALWAYS_INLINE int PopCount64(uint64_t v) { return __builtin_popcountll(v); }
+TLC_ALWAYS_INLINE int Ctz64(uint64_t v) { return __builtin_ctzll(v); }  // v != 0
+TLC_ALWAYS_INLINE int Clz64(uint64_t v) { return __builtin_clzll(v); }  // v != 0
+// Trailing zeros of v, or 63 for v = 0 (defined everywhere, no branch).
+TLC_ALWAYS_INLINE int CtzOr63(uint64_t v) { return __builtin_ctzll(v | (uint64_t{1} << 63)); }
+
+// ------------------------------------------------------------ max |x + e|
+
+// For non-negative floats the bit patterns order like the values, with +inf
+// and NaN above every finite value, so one integer max does both jobs.
+TLC_ALWAYS_INLINE MaxAbsResult MaxAbsTail(const float* x, const float* e, int64_t i,
+                                          int64_t count, uint32_t top) {
+  for (; i < count; ++i) {
+    float a = x[i] + e[i];
+    uint32_t bits;
+    std::memcpy(&bits, &a, sizeof(bits));
+    bits &= 0x7FFFFFFFu;
+    top = bits > top ? bits : top;
+  }
+  float mx;
+  std::memcpy(&mx, &top, sizeof(mx));
+  return MaxAbsResult{mx, top < 0x7F800000u};
+}
+
+MaxAbsResult MaxAbsGeneric(const float* x, const float* e, int64_t count) {
+  return MaxAbsTail(x, e, 0, count, 0);
+}
+
+// ------------------------------------------------------------- quantize
+
+// Quantization works in spans of 40 elements: eight groups.
+constexpr int kSpan = 8 * kGroupSize;
+
+// Bit j set when any of bits [5j, 5j + 5) of the (at most 40-bit) mask is:
+// fold each group onto its lowest bit, then gather bits 0, 10, 20, 30 and
+// 5, 15, 25, 35 with two multiplications (their partial products never
+// collide, so nothing carries into the result bits).
+TLC_ALWAYS_INLINE uint64_t GroupsOf(uint64_t nz) {
+  const uint64_t t = nz | nz >> 1 | nz >> 2 | nz >> 3 | nz >> 4;
+  constexpr uint64_t kEven = 0x40100401;  // bits 0, 10, 20, 30
+  constexpr uint64_t kToEven = (uint64_t{1} << 32) | (uint64_t{1} << 24) | (uint64_t{1} << 16) |
+                               (uint64_t{1} << 8);  // bit 10j -> 32 + 2j
+  constexpr uint64_t kToOdd = (uint64_t{1} << 28) | (uint64_t{1} << 20) | (uint64_t{1} << 12) |
+                              (uint64_t{1} << 4);  // bit 10j + 5 -> 33 + 2j
+  return ((((t & kEven) * kToEven) >> 32) & 0x55) | ((((t & (kEven << 5)) * kToOdd) >> 32) & 0xAA);
+}
+
+TLC_ALWAYS_INLINE int64_t QuantizeTail(const float* x, const float* e, float* e_out, int64_t i,
+                                       int64_t count, float m, SliceSinks* sinks) {
+  const float half = m * 0.5f;
+  int64_t nonzeros = 0;
+  while (i < count) {
+    const int k = static_cast<int>(count - i < kSpan ? count - i : kSpan);
+    uint64_t nz = 0, neg = 0;
+    for (int j = 0; j < k; ++j) {
+      const float a = x[i + j] + e[i + j];
+      const int gt = a > half, lt = a < -half;
+      e_out[i + j] = a - m * static_cast<float>(gt - lt);
+      nz |= static_cast<uint64_t>(gt | lt) << j;
+      neg |= static_cast<uint64_t>(lt) << j;
+    }
+    sinks->nz.Put(nz, k);
+    sinks->neg.Put(neg, k);
+    sinks->grp.Put(GroupsOf(nz), (k + kGroupSize - 1) / kGroupSize);
+    nonzeros += PopCount64(nz);
+    i += k;
+  }
+  return nonzeros;
+}
+
+int64_t QuantizeGeneric(const float* x, const float* e, float* e_out, int64_t count, float m,
+                        SliceSinks* sinks) {
+  return QuantizeTail(x, e, e_out, 0, count, m, sinks);
+}
+
+#if TLC_X86_KERNELS
+TLC_AVX2 MaxAbsResult MaxAbsAvx2(const float* x, const float* e, int64_t count) {
+  const __m256i mask = _mm256_set1_epi32(0x7FFFFFFF);
+  __m256i top0 = _mm256_setzero_si256(), top1 = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    __m256 a0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(e + i));
+    __m256 a1 = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(e + i + 8));
+    top0 = _mm256_max_epu32(top0, _mm256_and_si256(_mm256_castps_si256(a0), mask));
+    top1 = _mm256_max_epu32(top1, _mm256_and_si256(_mm256_castps_si256(a1), mask));
+  }
+  top0 = _mm256_max_epu32(top0, top1);
+  __m128i t = _mm_max_epu32(_mm256_castsi256_si128(top0), _mm256_extracti128_si256(top0, 1));
+  t = _mm_max_epu32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
+  t = _mm_max_epu32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+  return MaxAbsTail(x, e, i, count, static_cast<uint32_t>(_mm_cvtsi128_si32(t)));
+}
+
+// The same operations as QuantizeTail, eight lanes at a time: a + e, the two
+// ordered comparisons, q as -1.0f/0.0f/+1.0f, then a - m*q.
+TLC_AVX2 int64_t QuantizeAvx2(const float* x, const float* e, float* e_out, int64_t count,
+                              float m, SliceSinks* sinks) {
+  const float half = m * 0.5f;
+  const __m256 vh = _mm256_set1_ps(half), vnh = _mm256_set1_ps(-half), vm = _mm256_set1_ps(m);
+  const __m256 one = _mm256_set1_ps(1.0f), minus_one = _mm256_set1_ps(-1.0f);
+  int64_t i = 0, nonzeros = 0;
+  for (; i + kSpan <= count; i += kSpan) {
+    uint64_t nz = 0, neg = 0;
+    for (int j = 0; j < kSpan / 8; ++j) {
+      const __m256 a =
+          _mm256_add_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(e + i + 8 * j));
+      const __m256 gt = _mm256_cmp_ps(a, vh, _CMP_GT_OQ);
+      const __m256 lt = _mm256_cmp_ps(a, vnh, _CMP_LT_OQ);
+      const __m256 q = _mm256_or_ps(_mm256_and_ps(gt, one), _mm256_and_ps(lt, minus_one));
+      _mm256_storeu_ps(e_out + i + 8 * j, _mm256_sub_ps(a, _mm256_mul_ps(vm, q)));
+      nz |= static_cast<uint64_t>(_mm256_movemask_ps(_mm256_or_ps(gt, lt))) << (8 * j);
+      neg |= static_cast<uint64_t>(_mm256_movemask_ps(lt)) << (8 * j);
+    }
+    sinks->nz.Put(nz, kSpan);
+    sinks->neg.Put(neg, kSpan);
+    sinks->grp.Put(GroupsOf(nz), kSpan / kGroupSize);
+    nonzeros += _mm_popcnt_u64(nz);
+  }
+  return nonzeros + QuantizeTail(x, e, e_out, i, count, m, sinks);
+}
+#endif
+
+// --------------------------------------------------------- zero-run code
+
+// Zero-run bytes for a run of k quiet groups: ceil(k / 14).
+TLC_ALWAYS_INLINE int64_t RunBytes(int64_t k) { return (k + kLongRun - 1) / kLongRun; }
+
+// Size from the group masks, a word (64 groups) at a time: each non-zero
+// group is one literal byte, each run of quiet groups between them takes
+// ceil(length / 14) bytes, which is 1 for the runs inside a word unless one
+// is 15 long or more.
+TLC_ALWAYS_INLINE int64_t ZeroRunSizeImpl(const SliceBits* slices, int64_t count) {
+  int64_t size = 0, run = 0;  // run: quiet groups since the last non-zero one
+  for (int64_t s = 0; s < count; ++s) {
+    const SliceBits& sl = slices[s];
+    const uint64_t* grp = sl.grp();
+    const int64_t groups = sl.groups();
+    for (int64_t w = 0; w << 6 < groups; ++w) {
+      const uint64_t g = grp[w];
+      const int valid = static_cast<int>(std::min<int64_t>(64, groups - (w << 6)));
+      if (g == 0) {
+        run += valid;
+        continue;
+      }
+      const int first = Ctz64(g), last = 63 - Clz64(g);
+      size += RunBytes(run + first) + PopCount64(g);
+      if (last > first + 1) {
+        // Quiet groups strictly between the first and last non-zero ones.
+        const uint64_t inside = ~g & ((uint64_t{2} << last) - 1) & (~uint64_t{0} << (first + 1));
+        uint64_t long_run = inside & (inside >> 1);
+        long_run &= long_run >> 2;
+        long_run &= long_run >> 4;
+        long_run &= long_run >> 7;  // bit i: groups i .. i + 14 all quiet
+        if (long_run == 0) {
+          size += PopCount64(inside & (g << 1));  // one byte per run
+        } else {
+          uint64_t rest = g & (g - 1);
+          for (int prev = first; rest != 0; rest &= rest - 1) {
+            const int t = Ctz64(rest);
+            size += RunBytes(t - prev - 1);
+            prev = t;
+          }
+        }
+      }
+      run = valid - 1 - last;
+    }
+  }
+  return size + RunBytes(run);
+}
+
+// Bits [o, o + 5) of a mask (o + 5 may run into the spare last word).
+TLC_ALWAYS_INLINE uint32_t Five(const uint64_t* w, int64_t o) {
+  const int64_t k = o >> 6;
+  const int s = static_cast<int>(o & 63);
+  uint64_t v = w[k] >> s;
+  if (s > 59) v |= w[k + 1] << (64 - s);
+  return static_cast<uint32_t>(v & 31);
+}
+
+// byte[nz | neg << 5] = the base-3^5 byte of a group whose k-th element is
+// non-zero when bit k of nz is set (negative when bit k of neg is also set).
+struct GroupByteTable {
+  uint8_t byte[1024];
+  GroupByteTable() {
+    for (int i = 0; i < 1024; ++i) {
+      int v = 0;
+      for (int k = 0; k < kGroupSize; ++k) {
+        const int nz = (i >> k) & 1, neg = (i >> (5 + k)) & 1;
+        v = v * 3 + (nz ? (neg ? 0 : 2) : 1);
+      }
+      byte[i] = static_cast<uint8_t>(v);
+    }
+  }
+};
+const GroupByteTable& GroupBytes() {
+  static const GroupByteTable* table = new GroupByteTable();
+  return *table;
+}
+
+TLC_ALWAYS_INLINE void WriteZeroRunImpl(const SliceBits* slices, int64_t count, int64_t n,
+                                        uint8_t* out) {
+  const uint8_t* table = GroupBytes().byte;
+  int64_t prev = -1;  // the last non-zero group
+  for (int64_t s = 0; s < count; ++s) {
+    const SliceBits& sl = slices[s];
+    const uint64_t *nz = sl.nz(), *neg = sl.neg(), *grp = sl.grp();
+    const int64_t first_group = sl.begin / kGroupSize;
+    const int64_t groups = sl.groups();
+    for (int64_t w = 0; w << 6 < groups; ++w) {
+      for (uint64_t g = grp[w]; g != 0; g &= g - 1) {
+        const int64_t local = (w << 6) + Ctz64(g);
+        const int64_t run = first_group + local - prev - 1;
+        if (__builtin_expect(run > 13, 0)) {
+          out = EmitRun(run, out);
+        } else {
+          // A run byte for runs of 1..13; with no run it is overwritten
+          // by the literal (always written, so never past the end).
+          *out = run == 1 ? kZeroGroup : static_cast<uint8_t>(kShortRunBase - 2 + run);
+          out += run > 0;
+        }
+        const int64_t o = local * kGroupSize;
+        *out++ = table[Five(nz, o) | Five(neg, o) << 5];
+        prev = first_group + local;
+      }
+    }
+  }
+  EmitRun(PackedSize(n) - 1 - prev, out);
+}
+
+// ----------------------------------------------------------- Golomb code
+
+TLC_ALWAYS_INLINE void StoreBigEndian64(uint8_t* p, uint64_t v) {
+  v = __builtin_bswap64(v);
+  std::memcpy(p, &v, sizeof(v));
+}
+
+// Writes bits MSB first. Each Put stores 8 bytes at p (so the buffer needs 8
+// spare bytes) and moves p past the whole bytes written.
+struct BitWriter {
+  uint8_t* p;
+  uint64_t acc = 0;  // pending bits, left-aligned
+  int n = 0;         // pending bits, < 8 between calls
+  // Appends the low len bits of v (1 <= len <= 56, higher bits zero).
+  TLC_ALWAYS_INLINE void Put(uint64_t v, int len) {
+    acc |= v << (64 - n - len);
+    n += len;
+    StoreBigEndian64(p, acc);
+    p += n >> 3;
+    acc <<= (n & ~7);
+    n &= 7;
+  }
+  // Pads the last byte with one-bits; returns the end of the code.
+  uint8_t* Finish() {
+    if (n > 0) {
+      *p++ = static_cast<uint8_t>((acc >> 56) | (0xFFu >> n));
+      n = 0;
+    }
+    return p;
+  }
+};
+
+// The non-zeros of the slices in order, in batches: entry = position << 1 |
+// negative. Calls sink(entries, count) for each batch of at most kBatch.
+constexpr int kBatch = 2048;
+
+template <typename Sink>
+TLC_ALWAYS_INLINE void ForEachBatch(const SliceBits* slices, int64_t count, Sink& sink) {
+  int64_t entries[kBatch + 64];
+  int k = 0;
+  for (int64_t s = 0; s < count; ++s) {
+    const SliceBits& sl = slices[s];
+    const uint64_t *nz = sl.nz(), *neg = sl.neg();
+    const int64_t words = (sl.end - sl.begin + 63) >> 6;
+    for (int64_t w = 0; w < words; ++w) {
+      uint64_t bits = nz[w];
+      if (bits == 0) continue;
+      const uint64_t negative = neg[w];
+      const int64_t base2 = (sl.begin + (w << 6)) << 1;
+      const int c = PopCount64(bits);
+      // Eight entries unconditionally (those past c are scratch), so the
+      // usual word costs no data-dependent branch.
+      for (int j = 0; j < 8; ++j) {
+        const int t = CtzOr63(bits);
+        entries[k + j] = base2 + (t << 1) + static_cast<int64_t>((negative >> t) & 1);
+        bits &= bits - 1;
+      }
+      for (int j = 8; j < c; ++j) {
+        const int t = CtzOr63(bits);
+        entries[k + j] = base2 + (t << 1) + static_cast<int64_t>((negative >> t) & 1);
+        bits &= bits - 1;
+      }
+      k += c;
+      if (k >= kBatch) {
+        sink(entries, k);
+        k = 0;
+      }
+    }
+  }
+  if (k > 0) sink(entries, k);
+}
+
+// Golomb code words and sign bits of the non-zeros. The state lives in
+// locals inside the loop: stores through uint8_t* may alias anything, which
+// would otherwise keep it in memory.
+struct GolombSignWriter {
+  BitWriter writer;
+  uint8_t* signs;
+  int b;
+  uint64_t sign_acc = 0;
+  int sign_bits = 0;
+  int64_t prev = -1;
+
+  // One code word and sign bit, for entries [i, end).
+  TLC_ALWAYS_INLINE static void Scalar(const int64_t* entries, int i, int end, int b,
+                                       BitWriter& w, uint8_t*& sg, uint64_t& sacc, int& sbits,
+                                       int64_t& last) {
+    const uint64_t low = (uint64_t{1} << b) - 1;
+    for (; i < end; ++i) {
+      const int64_t pos = entries[i] >> 1;
+      const uint64_t v = static_cast<uint64_t>(pos - last - 1);
+      last = pos;
+      uint64_t q = v >> b;
+      if (__builtin_expect(q + 1 + b > 56, 0)) {
+        for (; q >= 32; q -= 32) w.Put(0xFFFFFFFFu, 32);
+        if (q > 0) w.Put((uint64_t{1} << q) - 1, static_cast<int>(q));  // q < 32 ones
+        w.Put(v & low, 1 + b);                                         // the zero, then r
+      } else {
+        w.Put((((uint64_t{2} << q) - 2) << b) | (v & low), static_cast<int>(q) + 1 + b);
+      }
+      sacc = (sacc << 1) | static_cast<uint64_t>(entries[i] & 1);
+      if (++sbits == 64) {
+        StoreBigEndian64(sg, sacc);
+        sg += 8;
+        sbits = 0;
+      }
+    }
+  }
+
+  TLC_ALWAYS_INLINE void operator()(const int64_t* entries, int count) {
+    BitWriter w = writer;
+    uint8_t* sg = signs;
+    uint64_t sacc = sign_acc;
+    int sbits = sign_bits;
+    int64_t last = prev;
+    Scalar(entries, 0, count, b, w, sg, sacc, sbits, last);
+    writer = w;
+    signs = sg;
+    sign_acc = sacc;
+    sign_bits = sbits;
+    prev = last;
+  }
+};
+
+struct GolombSignWriterGeneric : GolombSignWriter {};
+
+#if TLC_X86_KERNELS
+// The same bits, four code words at a time: gaps, quotients and code words in
+// 64-bit lanes, joined into one Put when all four are at most 14 bits long.
+struct GolombSignWriterAvx2 : GolombSignWriter {
+  TLC_AVX2 void operator()(const int64_t* entries, int count) {
+    BitWriter w = writer;
+    uint8_t* sg = signs;
+    uint64_t sacc = sign_acc;
+    int sbits = sign_bits;
+    int64_t last = prev;
+    const int bb = b;
+    const __m128i shift_b = _mm_cvtsi32_si128(bb);
+    const __m256i low = _mm256_set1_epi64x((int64_t{1} << bb) - 1);
+    const __m256i one = _mm256_set1_epi64x(1), two = _mm256_set1_epi64x(2);
+    const __m256i len_base = _mm256_set1_epi64x(1 + bb);
+    const __m256i max_len = _mm256_set1_epi64x(14);
+    int i = 0;
+    for (; i + 4 <= count; i += 4) {
+      const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(entries + i));
+      const __m256i pos = _mm256_srli_epi64(e, 1);
+      // Positions shifted by one lane, with `last` in lane 0.
+      const __m256i before = _mm256_blend_epi32(
+          _mm256_permute4x64_epi64(pos, _MM_SHUFFLE(2, 1, 0, 3)),
+          _mm256_set1_epi64x(last), 0x03);
+      const __m256i v = _mm256_sub_epi64(_mm256_sub_epi64(pos, before), one);
+      const __m256i q = _mm256_srl_epi64(v, shift_b);
+      const __m256i len = _mm256_add_epi64(q, len_base);
+      if (__builtin_expect(!_mm256_testz_si256(_mm256_cmpgt_epi64(len, max_len),
+                                               _mm256_cmpgt_epi64(len, max_len)), 0)) {
+        Scalar(entries, i, i + 4, bb, w, sg, sacc, sbits, last);
+        continue;
+      }
+      const __m256i code = _mm256_or_si256(
+          _mm256_sll_epi64(_mm256_sub_epi64(_mm256_sllv_epi64(two, q), two), shift_b),
+          _mm256_and_si256(v, low));
+      // Lanes 0 and 2: (code[k] << len[k + 1]) | code[k + 1].
+      const __m256i next_len = _mm256_shuffle_epi32(len, _MM_SHUFFLE(1, 0, 3, 2));
+      const __m256i pair = _mm256_or_si256(_mm256_sllv_epi64(code, next_len),
+                                           _mm256_shuffle_epi32(code, _MM_SHUFFLE(1, 0, 3, 2)));
+      const __m256i pair_len = _mm256_add_epi64(len, next_len);
+      const uint64_t p0 = static_cast<uint64_t>(_mm256_extract_epi64(pair, 0));
+      const uint64_t p2 = static_cast<uint64_t>(_mm256_extract_epi64(pair, 2));
+      const int l0 = _mm256_extract_epi32(pair_len, 0), l2 = _mm256_extract_epi32(pair_len, 4);
+      w.Put((p0 << l2) | p2, l0 + l2);
+      // Sign bits, first entry most significant.
+      const int s = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_slli_epi64(e, 63)));
+      const uint64_t four = kReverse4[s];
+      if (__builtin_expect(sbits < 60, 1)) {
+        sacc = (sacc << 4) | four;
+        sbits += 4;
+      } else {  // fills the word
+        const int room = 64 - sbits;
+        StoreBigEndian64(sg, (sacc << room) | (four >> (4 - room)));
+        sg += 8;
+        sbits = 4 - room;
+        sacc = four & ((uint64_t{1} << sbits) - 1);
+      }
+      last = entries[i + 3] >> 1;
+    }
+    Scalar(entries, i, count, bb, w, sg, sacc, sbits, last);
+    writer = w;
+    signs = sg;
+    sign_acc = sacc;
+    sign_bits = sbits;
+    prev = last;
+  }
+  static constexpr uint8_t kReverse4[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+};
+#endif
+
+template <typename Writer>
+TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count, int b,
+                                          uint8_t* signs, uint8_t* positions) {
+  Writer w{{BitWriter{positions}, signs, b}};
+  ForEachBatch(slices, count, w);
+  if (w.sign_bits > 0) {
+    const uint64_t acc = w.sign_acc << (64 - w.sign_bits);
+    for (int k = 0; k < (w.sign_bits + 7) / 8; ++k) {
+      w.signs[k] = static_cast<uint8_t>(acc >> (56 - 8 * k));
+    }
+  }
+  return w.writer.Finish() - positions;
+}
+
+int64_t ZeroRunSizeGeneric(const SliceBits* s, int64_t c) { return ZeroRunSizeImpl(s, c); }
+void WriteZeroRunGeneric(const SliceBits* s, int64_t c, int64_t n, uint8_t* out) {
+  WriteZeroRunImpl(s, c, n, out);
+}
+int64_t WriteGolombGeneric(const SliceBits* s, int64_t c, int b, uint8_t* signs,
+                           uint8_t* positions) {
+  return WriteGolombImpl<GolombSignWriterGeneric>(s, c, b, signs, positions);
+}
+#if TLC_X86_KERNELS
+TLC_AVX2 int64_t ZeroRunSizeAvx2(const SliceBits* s, int64_t c) { return ZeroRunSizeImpl(s, c); }
+TLC_AVX2 void WriteZeroRunAvx2(const SliceBits* s, int64_t c, int64_t n, uint8_t* out) {
+  WriteZeroRunImpl(s, c, n, out);
+}
+TLC_AVX2 int64_t WriteGolombAvx2(const SliceBits* s, int64_t c, int b, uint8_t* signs,
+                                 uint8_t* positions) {
+  return WriteGolombImpl<GolombSignWriterAvx2>(s, c, b, signs, positions);
+}
+#endif
+
+// --------------------------------------------------------- Golomb decode
+
+TLC_ALWAYS_INLINE uint64_t LoadBigEndian64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return __builtin_bswap64(v);
+}
+
+// One code word the slow way, exactly as GolombReader::Gap.
+Status SlowGap(const uint8_t* code, int64_t len, int b, uint64_t max_gap, int64_t* pos,
+               uint64_t* d) {
+  const int64_t total = len * 8;
+  auto bit = [&]() {
+    const int v = (code[*pos >> 3] >> (7 - (*pos & 7))) & 1;
+    ++*pos;
+    return v;
+  };
+  uint64_t q = 0;
+  const uint64_t max_q = max_gap >> b;
+  while (true) {
+    if (*pos >= total) return Status::Invalid("golomb: truncated code word");
+    if ((*pos & 7) == 0 && code[*pos >> 3] == 0xFF && *pos + 8 < total) {
+      q += 8;
+      *pos += 8;
+    } else if (bit()) {
+      ++q;
+    } else {
+      break;
+    }
+    if (q > max_q) return Status::Invalid("golomb: gap exceeds the tensor size");
+  }
+  if (*pos + b > total) return Status::Invalid("golomb: truncated remainder");
+  uint64_t r = 0;
+  for (int k = 0; k < b; ++k) r = (r << 1) | bit();
+  const uint64_t value = (q << b) + r + 1;
+  if (value > max_gap) return Status::Invalid("golomb: gap exceeds the tensor size");
+  *d = value;
+  return Status::Ok();
+}
+
+TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int b,
+                                          uint64_t count, int64_t n, const uint8_t* signs,
+                                          uint64_t* nz, uint64_t* neg, int64_t* end_bit) {
+  const int64_t total = len * 8;
+  int64_t pos = 0;   // stream position of the first bit in buf
+  uint64_t buf = 0;  // the next cnt bits of the stream, left-aligned; zeros below
+  int cnt = 0;       // at most 63, so ~buf is never 0
+  auto refill = [&]() {
+    const int64_t byte = pos >> 3;
+    const int shift = static_cast<int>(pos & 7);
+    uint64_t w;
+    int64_t avail;
+    if (byte + 8 <= len) {
+      w = LoadBigEndian64(code + byte);
+      avail = 64 - shift;
+    } else {
+      w = 0;
+      for (int64_t k = byte; k < len; ++k) w |= static_cast<uint64_t>(code[k]) << (56 - 8 * (k - byte));
+      avail = total - pos;
+    }
+    cnt = static_cast<int>(avail < 63 ? avail : 63);
+    buf = cnt > 0 ? (w << shift) & (~uint64_t{0} << (64 - cnt)) : 0;
+  };
+  int64_t prev = -1;
+  int64_t cur_word = 0;
+  uint64_t cur_nz = 0, cur_neg = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t max_gap = static_cast<uint64_t>(n - 1 - prev);
+    int ones = __builtin_clzll(~buf);
+    int need = ones + 1 + b;
+    uint64_t gap;
+    if (__builtin_expect(need > cnt, 0)) {
+      refill();
+      ones = __builtin_clzll(~buf);
+      need = ones + 1 + b;
+    }
+    if (__builtin_expect(need <= cnt, 1)) {
+      const uint64_t r = ((buf << (ones + 1)) >> 1) >> (63 - b);
+      gap = (static_cast<uint64_t>(ones) << b) + r + 1;
+      if (gap > max_gap) return Status::Invalid("golomb: gap exceeds the tensor size");
+      buf <<= need;
+      cnt -= need;
+      pos += need;
+    } else {
+      TLC_RETURN_IF_ERROR(SlowGap(code, len, b, max_gap, &pos, &gap));
+      cnt = 0;
+      buf = 0;
+    }
+    prev += static_cast<int64_t>(gap);
+    const uint64_t s = (signs[i >> 3] >> (7 - (i & 7))) & 1;
+    const int64_t word = prev >> 6;
+    const int bit = static_cast<int>(prev & 63);
+    const uint64_t keep = word == cur_word ? ~uint64_t{0} : 0;
+    cur_nz = (cur_nz & keep) | (uint64_t{1} << bit);
+    cur_neg = (cur_neg & keep) | (s << bit);
+    nz[word] = cur_nz;
+    neg[word] = cur_neg;
+    cur_word = word;
+  }
+  *end_bit = pos;
+  return Status::Ok();
+}
+
+// Lanes of the scale (as bits) where nz, sign-flipped where neg.
+TLC_ALWAYS_INLINE uint32_t ValueBits(uint32_t m_bits, uint64_t nz, uint64_t neg, int k) {
+  const uint32_t on = static_cast<uint32_t>((nz >> k) & 1), minus = static_cast<uint32_t>((neg >> k) & 1);
+  return (m_bits & (0u - on)) ^ (minus << 31);
+}
+
+TLC_ALWAYS_INLINE float BitsToFloat(uint32_t v) {
+  float f;
+  std::memcpy(&f, &v, sizeof(f));
+  return f;
+}
+
+// Splits [begin, end) into pieces that lie in one block each:
+// for (BlockPieces p(...); p.Next(&lo, &hi, &m);) ...
+struct BlockPieces {
+  const float* scales;
+  int64_t span, k, lo, end;
+  BlockPieces(const float* s, int64_t sp, int64_t begin, int64_t e)
+      : scales(s), span(sp), k(begin / sp), lo(begin), end(e) {}
+  TLC_ALWAYS_INLINE bool Next(int64_t* piece_lo, int64_t* piece_hi, float* m) {
+    if (lo >= end) return false;
+    const int64_t hi = std::min(end, (k + 1) * span);
+    *piece_lo = lo;
+    *piece_hi = hi;
+    *m = scales[k];
+    lo = hi;
+    ++k;
+    return true;
+  }
+};
+
+TLC_ALWAYS_INLINE void ExpandScalar(const uint64_t* nz, const uint64_t* neg, float m, int64_t lo,
+                                    int64_t hi, float* out) {
+  uint32_t m_bits;
+  std::memcpy(&m_bits, &m, sizeof(m_bits));
+  for (int64_t i = lo; i < hi; ++i) {
+    out[i] = BitsToFloat(ValueBits(m_bits, nz[i >> 6], neg[i >> 6], static_cast<int>(i & 63)));
+  }
+}
+
+void ExpandGeneric(const uint64_t* nz, const uint64_t* neg, const float* scales, int64_t span,
+                   int64_t begin, int64_t end, float* out) {
+  int64_t lo, hi;
+  float m;
+  for (BlockPieces p(scales, span, begin, end); p.Next(&lo, &hi, &m);) {
+    ExpandScalar(nz, neg, m, lo, hi, out);
+  }
+}
+
+TLC_ALWAYS_INLINE void AccumulateImpl(const uint64_t* nz, const uint64_t* neg,
+                                      const float* scales, int64_t span, int64_t begin,
+                                      int64_t end, float* out) {
+  int64_t lo, hi;
+  float m;
+  for (BlockPieces p(scales, span, begin, end); p.Next(&lo, &hi, &m);) {
+    const float value[2] = {m, -m};
+    for (int64_t w = lo >> 6; w << 6 < hi; ++w) {
+      uint64_t bits = nz[w];
+      const int64_t base = w << 6;
+      if (base < lo) bits &= ~uint64_t{0} << (lo - base);
+      if (hi - base < 64) bits &= (uint64_t{1} << (hi - base)) - 1;
+      while (bits != 0) {
+        const int t = Ctz64(bits);
+        bits &= bits - 1;
+        out[base + t] += value[(neg[w] >> t) & 1];
+      }
+    }
+  }
+}
+
+void AccumulateGeneric(const uint64_t* nz, const uint64_t* neg, const float* scales,
+                       int64_t span, int64_t begin, int64_t end, float* out) {
+  AccumulateImpl(nz, neg, scales, span, begin, end, out);
+}
+
+Status DecodeGolombGeneric(const uint8_t* code, int64_t len, int b, uint64_t count, int64_t n,
+                           const uint8_t* signs, uint64_t* nz, uint64_t* neg, int64_t* end_bit) {
+  return DecodeGolombImpl(code, len, b, count, n, signs, nz, neg, end_bit);
+}
+
+#if TLC_X86_KERNELS
+TLC_AVX2 Status DecodeGolombAvx2(const uint8_t* code, int64_t len, int b, uint64_t count,
+                                 int64_t n, const uint8_t* signs, uint64_t* nz, uint64_t* neg,
+                                 int64_t* end_bit) {
+  return DecodeGolombImpl(code, len, b, count, n, signs, nz, neg, end_bit);
+}
+
+TLC_AVX2 void ExpandAvx2(const uint64_t* nz, const uint64_t* neg, const float* scales,
+                         int64_t span, int64_t begin, int64_t end, float* out) {
+  const uint8_t* nz8 = reinterpret_cast<const uint8_t*>(nz);
+  const uint8_t* neg8 = reinterpret_cast<const uint8_t*>(neg);
+  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  int64_t lo, hi;
+  float m;
+  for (BlockPieces p(scales, span, begin, end); p.Next(&lo, &hi, &m);) {
+    int64_t i = lo;
+    const int64_t head = std::min(hi, (lo + 7) & ~int64_t{7});
+    ExpandScalar(nz, neg, m, i, head, out);
+    i = head;
+    const __m256i vm = _mm256_castps_si256(_mm256_set1_ps(m));
+    for (; i + 8 <= hi; i += 8) {
+      const __m256i on = _mm256_cmpeq_epi32(
+          _mm256_and_si256(_mm256_set1_epi32(nz8[i >> 3]), lane_bit), lane_bit);
+      const __m256i minus = _mm256_cmpeq_epi32(
+          _mm256_and_si256(_mm256_set1_epi32(neg8[i >> 3]), lane_bit), lane_bit);
+      const __m256i v = _mm256_xor_si256(_mm256_and_si256(on, vm), _mm256_and_si256(minus, sign));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), v);
+    }
+    ExpandScalar(nz, neg, m, i, hi, out);
+  }
+}
+
+TLC_AVX2 void AccumulateAvx2(const uint64_t* nz, const uint64_t* neg, const float* scales,
+                             int64_t span, int64_t begin, int64_t end, float* out) {
+  AccumulateImpl(nz, neg, scales, span, begin, end, out);
+}
+#endif
+
+}  // namespace
+
+void SliceBits::Allocate(int64_t b, int64_t e) {
+  begin = b;
+  end = e;
+  nonzeros = 0;
+  words = (e - b + 63) / 64 + 1;
+  group_words = (groups() + 63) / 64 + 1;
+  mem.reset(new uint64_t[2 * words + group_words]);
+  nz()[words - 1] = 0;  // the spare words: nothing else writes them
+  neg()[words - 1] = 0;
+  grp()[group_words - 1] = 0;
+}
+
+MaxAbsResult MaxAbsSum(const float* x, const float* e, int64_t count) {
+#if TLC_X86_KERNELS
+  if (UseAvx2Kernels()) return MaxAbsAvx2(x, e, count);
+#endif
+  return MaxAbsGeneric(x, e, count);
+}
+
+int64_t QuantizeToBits(const float* x, const float* e, float* e_out, int64_t count, float m,
+                       SliceSinks* sinks) {
+#if TLC_X86_KERNELS
+  if (UseAvx2Kernels()) return QuantizeAvx2(x, e, e_out, count, m, sinks);
+#endif
+  return QuantizeGeneric(x, e, e_out, count, m, sinks);
+}
+
+int64_t ZeroRunSizeOfBits(const SliceBits* slices, int64_t count, int64_t n) {
+  (void)n;  // the slices cover it
+#if TLC_X86_KERNELS
+  if (UseAvx2Kernels()) return ZeroRunSizeAvx2(slices, count);
+#endif
+  return ZeroRunSizeGeneric(slices, count);
+}
+
+void WriteZeroRunOfBits(const SliceBits* slices, int64_t count, int64_t n, int64_t size,
+                        uint8_t* out) {
+  (void)size;
+#if TLC_X86_KERNELS
+  if (UseAvx2Kernels()) return WriteZeroRunAvx2(slices, count, n, out);
+#endif
+  WriteZeroRunGeneric(slices, count, n, out);
+}
+
+int64_t WriteGolombOfBits(const SliceBits* slices, int64_t count, int b, uint8_t* signs,
+                          uint8_t* positions) {
+#if TLC_X86_KERNELS
+  if (UseAvx2Kernels()) return WriteGolombAvx2(slices, count, b, signs, positions);
+#endif
+  return WriteGolombGeneric(slices, count, b, signs, positions);
+}
+
+Status DecodeGolombToBits(const uint8_t* code, int64_t len, int b, uint64_t count, int64_t n,
+                          const uint8_t* signs, uint64_t* nz, uint64_t* neg, int64_t* end_bit) {
+#if TLC_X86_KERNELS
+  if (UseAvx2Kernels()) return DecodeGolombAvx2(code, len, b, count, n, signs, nz, neg, end_bit);
+#endif
+  return DecodeGolombGeneric(code, len, b, count, n, signs, nz, neg, end_bit);
+}
+
+void ExpandBits(const uint64_t* nz, const uint64_t* neg, const float* scales, int64_t span,
+                int64_t begin, int64_t end, float* out) {
+#if TLC_X86_KERNELS
+  if (UseAvx2Kernels()) return ExpandAvx2(nz, neg, scales, span, begin, end, out);
+#endif
+  ExpandGeneric(nz, neg, scales, span, begin, end, out);
+}
+
+void AccumulateBits(const uint64_t* nz, const uint64_t* neg, const float* scales, int64_t span,
+                    int64_t begin, int64_t end, float* out) {
+#if TLC_X86_KERNELS
+  if (UseAvx2Kernels()) return AccumulateAvx2(nz, neg, scales, span, begin, end, out);
+#endif
+  AccumulateGeneric(nz, neg, scales, span, begin, end, out);
+}
+
+int64_t GolombBytesBound(int64_t k, int64_t n, int b) {
+  // Sum of (d - 1) over the gaps is at most n - k, so the unary parts add up
+  // to at most (n - k) >> b bits.
+  const uint64_t bits = static_cast<uint64_t>(k) * (1 + b) + (static_cast<uint64_t>(n - k) >> b);
+  return static_cast<int64_t>((bits + 7) / 8);
+}
+
+}  // namespace tlc

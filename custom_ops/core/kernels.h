@@ -1,0 +1,125 @@
+// Bit-level kernels behind the 3LC codec: quantization into per-element bit
+// masks, and the encoders and decoders that work from those masks. Every
+// kernel has a portable version and, on x86-64, an AVX2 version picked once at
+// run time; both compute the same IEEE results (no FMA contraction) and the
+// same bytes, so a stream never depends on the CPU that made it.
+#ifndef TLC_CORE_KERNELS_H_
+#define TLC_CORE_KERNELS_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "status.h"
+
+namespace tlc {
+
+// True when the AVX2 kernels run: the CPU has AVX2, BMI1, BMI2 and POPCNT,
+// and the environment variable TLC_CODEC_GENERIC is unset, empty or "0" (the
+// tests set it to check that the portable kernels write the same bytes).
+bool UseAvx2Kernels();
+
+// Appends bits, least significant first, to 64-bit words.
+struct BitSink {
+  uint64_t* word;
+  uint64_t cur = 0;
+  int fill = 0;  // bits in cur, < 64
+  explicit BitSink(uint64_t* w) : word(w) {}
+  // Appends the low k bits of `bits` (1 <= k <= 64; higher bits zero).
+  inline void Put(uint64_t bits, int k) {
+    cur |= bits << fill;
+    fill += k;
+    if (fill >= 64) {
+      *word++ = cur;
+      fill -= 64;
+      cur = fill ? bits >> (k - fill) : 0;
+    }
+  }
+  void Finish() {
+    if (fill > 0) *word++ = cur;
+    cur = 0;
+    fill = 0;
+  }
+};
+
+struct MaxAbsResult {
+  float max_abs = 0.0f;
+  bool finite = true;
+};
+
+// max|x[i] + e[i]| over [0, count) and whether every sum is finite.
+MaxAbsResult MaxAbsSum(const float* x, const float* e, int64_t count);
+
+// The quantized digits of one slice of a tensor, elements [begin, end) with
+// begin a multiple of 5: bit i of `nz` (`neg`) is set when element begin + i
+// has q != 0 (q < 0); bit j of `grp` when group begin / 5 + j has a non-zero.
+// Bits past the end are zero, and each mask has a spare zero word at the end.
+struct SliceBits {
+  int64_t begin = 0, end = 0;
+  int64_t nonzeros = 0;
+  int64_t words = 0, group_words = 0;
+  std::unique_ptr<uint64_t[]> mem;
+  uint64_t* nz() const { return mem.get(); }
+  uint64_t* neg() const { return mem.get() + words; }
+  uint64_t* grp() const { return mem.get() + 2 * words; }
+  int64_t groups() const { return (end - begin + 4) / 5; }
+  void Allocate(int64_t b, int64_t e);  // masks for [b, e), not initialised
+};
+
+// Where QuantizeToBits appends a slice's masks.
+struct SliceSinks {
+  BitSink nz, neg, grp;
+  explicit SliceSinks(const SliceBits& s) : nz(s.nz()), neg(s.neg()), grp(s.grp()) {}
+  void Finish() {
+    nz.Finish();
+    neg.Finish();
+    grp.Finish();
+  }
+};
+
+// For i in [0, count): a = x[i] + e[i], q = (a > m/2) - (a < -m/2),
+// e_out[i] = a - m*q (e_out may alias e); appends the masks of q. x starts a
+// group, and count is a multiple of 5 unless it ends the tensor. Returns the
+// number of q != 0.
+int64_t QuantizeToBits(const float* x, const float* e, float* e_out, int64_t count, float m,
+                       SliceSinks* sinks);
+
+// Zero-run code size of the tensor whose n elements are in `slices` (in
+// order, covering [0, n)).
+int64_t ZeroRunSizeOfBits(const SliceBits* slices, int64_t count, int64_t n);
+
+// Writes the zero-run code of those slices: exactly `size` =
+// ZeroRunSizeOfBits bytes.
+void WriteZeroRunOfBits(const SliceBits* slices, int64_t count, int64_t n, int64_t size,
+                        uint8_t* out);
+
+// Writes the sign bits (ceil(K/8) bytes at `signs`, K = the total non-zero
+// count) and the Golomb-Rice code of the non-zero positions with parameter b
+// at `positions`, which must have room for GolombBytesBound bytes plus 8.
+// Returns the number of position bytes.
+int64_t WriteGolombOfBits(const SliceBits* slices, int64_t count, int b, uint8_t* signs,
+                          uint8_t* positions);
+
+// Upper bound on the bytes of the Golomb code of k positions in [0, n).
+int64_t GolombBytesBound(int64_t k, int64_t n, int b);
+
+// Reads `count` Golomb-Rice code words (parameter b, at most 31) from
+// code[0, len) as gaps between positions below n (the first from -1), with
+// exactly GolombReader's checks and messages, and sets bit p of `nz` for each
+// position p, and of `neg` as well when its sign bit (the k-th bit of `signs`,
+// MSB first, for the k-th position) is 1. The masks need n / 64 + 1 words,
+// zeroed. *end_bit = the bit after the last code word.
+Status DecodeGolombToBits(const uint8_t* code, int64_t len, int b, uint64_t count, int64_t n,
+                          const uint8_t* signs, uint64_t* nz, uint64_t* neg, int64_t* end_bit);
+
+// out[i] for i in [begin, end): +0.0f where bit i of nz is clear, else the
+// element's scale m = scales[i / span], negated where bit i of neg is set.
+void ExpandBits(const uint64_t* nz, const uint64_t* neg, const float* scales, int64_t span,
+                int64_t begin, int64_t end, float* out);
+
+// out[i] += (bit i of neg ? -m : m) where bit i of nz is set, i in [begin, end).
+void AccumulateBits(const uint64_t* nz, const uint64_t* neg, const float* scales, int64_t span,
+                    int64_t begin, int64_t end, float* out);
+
+}  // namespace tlc
+
+#endif  // TLC_CORE_KERNELS_H_
