@@ -30,13 +30,11 @@ def variants(block_size, pull_s=None):
     out = {"float32": ["--flagfile=configs/float32.cfg"]}
     for scaling in ("tensor", "block"):
         for s in S_VALUES:
-            label, flags = f"{scaling}{float(s):g}", [
-                f"--flagfile=configs/3lc_s{s}.cfg", f"--scaling={scaling}",
-                f"--block_size={block_size}"]
+            label, pull = f"{scaling}{float(s):g}", s  # the pull at the push's s: the paper's
             if pull_s is not None and pull_s != float(s):  # else the same run as without
-                label += f"_pull{pull_s:g}"
-                flags.append(f"--pull_sparsity_multiplier={pull_s}")
-            out[label] = flags
+                label, pull = label + f"_pull{pull_s:g}", pull_s
+            out[label] = [f"--flagfile=configs/3lc_s{s}.cfg", f"--scaling={scaling}",
+                          f"--block_size={block_size}", f"--pull_sparsity_multiplier={pull}"]
     return out
 
 
