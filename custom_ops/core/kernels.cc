@@ -1,6 +1,7 @@
 #include "kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -10,7 +11,11 @@
 #define TLC_X86_KERNELS 1
 #include <immintrin.h>
 // Everything an AVX2 kernel may use; UseAvx2Kernels checks each at run time.
+#if defined(__clang__)
 #define TLC_AVX2 __attribute__((target("avx2,bmi,bmi2,popcnt")))
+#else
+#define TLC_AVX2 __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt")))
+#endif
 #else
 #define TLC_X86_KERNELS 0
 #endif
@@ -30,7 +35,11 @@ bool UseAvx2Kernels() {
     if (generic != nullptr && generic[0] != '\0' && std::strcmp(generic, "0") != 0) return false;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
-           __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+           __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt")
+#if !defined(__clang__)
+           && __builtin_cpu_supports("lzcnt")
+#endif
+        ;
   }();
   return use;
 #else
@@ -160,6 +169,7 @@ TLC_AVX2 int64_t QuantizeAvx2(const float* x, const float* e, float* e_out, int6
   }
   return nonzeros + QuantizeTail(x, e, e_out, i, count, m, sinks);
 }
+
 #endif
 
 // --------------------------------------------------------- zero-run code
@@ -506,34 +516,64 @@ TLC_ALWAYS_INLINE uint64_t LoadBigEndian64(const uint8_t* p) {
   return __builtin_bswap64(v);
 }
 
-// One code word the slow way, exactly as GolombReader::Gap.
+// Loads the stream from bit `pos` into buf, left-aligned, and sets cnt to
+// the bits loaded (at most 63, and none past the end); the bits below are 0.
+TLC_ALWAYS_INLINE void Refill(const uint8_t* code, int64_t len, int64_t pos, uint64_t* buf,
+                              int* cnt) {
+  const int64_t byte = pos >> 3;
+  const int shift = static_cast<int>(pos & 7);
+  uint64_t w = 0;
+  int64_t avail;
+  if (__builtin_expect(byte + 8 <= len, 1)) {
+    w = LoadBigEndian64(code + byte);
+    avail = 64 - shift;
+  } else {
+    for (int64_t k = byte; k < len; ++k) {
+      w |= static_cast<uint64_t>(code[k]) << (56 - 8 * (k - byte));
+    }
+    avail = len * 8 - pos;
+  }
+  *cnt = static_cast<int>(avail < 63 ? avail : 63);
+  *buf = *cnt > 0 ? (w << shift) & (~uint64_t{0} << (64 - *cnt)) : 0;
+}
+
+// One code word from bit *pos, with exactly GolombReader::Gap's checks and
+// messages: for long runs of ones (counted up to 63 at a time) and the end of
+// the stream.
 Status SlowGap(const uint8_t* code, int64_t len, int b, uint64_t max_gap, int64_t* pos,
                uint64_t* d) {
   const int64_t total = len * 8;
-  auto bit = [&]() {
-    const int v = (code[*pos >> 3] >> (7 - (*pos & 7))) & 1;
-    ++*pos;
-    return v;
-  };
-  uint64_t q = 0;
   const uint64_t max_q = max_gap >> b;
+  uint64_t q = 0;
+  int64_t at = *pos;
   while (true) {
-    if (*pos >= total) return Status::Invalid("golomb: truncated code word");
-    if ((*pos & 7) == 0 && code[*pos >> 3] == 0xFF && *pos + 8 < total) {
-      q += 8;
-      *pos += 8;
-    } else if (bit()) {
-      ++q;
-    } else {
+    if (at >= total) return Status::Invalid("golomb: truncated code word");
+    uint64_t buf;
+    int cnt;
+    Refill(code, len, at, &buf, &cnt);
+    const int ones = Clz64(~buf);  // at most cnt: the bits below cnt are zero
+    q += static_cast<uint64_t>(ones);
+    at += ones;
+    // Every one counted is in the stream, so GolombReader, counting one at
+    // a time, would have stopped here too.
+    if (q > max_q) return Status::Invalid("golomb: gap exceeds the tensor size");
+    if (ones < cnt) {
+      ++at;  // the zero
       break;
     }
-    if (q > max_q) return Status::Invalid("golomb: gap exceeds the tensor size");
   }
-  if (*pos + b > total) return Status::Invalid("golomb: truncated remainder");
+  if (at + b > total) return Status::Invalid("golomb: truncated remainder");
   uint64_t r = 0;
-  for (int k = 0; k < b; ++k) r = (r << 1) | bit();
+  if (b > 0) {
+    uint64_t buf;
+    int cnt;
+    Refill(code, len, at, &buf, &cnt);  // cnt >= b: at most 31 bits are asked for
+    r = buf >> (64 - b);
+  }
+  at += b;
   const uint64_t value = (q << b) + r + 1;
   if (value > max_gap) return Status::Invalid("golomb: gap exceeds the tensor size");
+  *pos = at;
   *d = value;
   return Status::Ok();
 }
@@ -541,63 +581,69 @@ Status SlowGap(const uint8_t* code, int64_t len, int b, uint64_t max_gap, int64_
 TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int b,
                                           uint64_t count, int64_t n, const uint8_t* signs,
                                           uint64_t* nz, uint64_t* neg, int64_t* end_bit) {
-  const int64_t total = len * 8;
-  int64_t pos = 0;   // stream position of the first bit in buf
-  uint64_t buf = 0;  // the next cnt bits of the stream, left-aligned; zeros below
-  int cnt = 0;       // at most 63, so ~buf is never 0
-  auto refill = [&]() {
-    const int64_t byte = pos >> 3;
-    const int shift = static_cast<int>(pos & 7);
-    uint64_t w;
-    int64_t avail;
-    if (byte + 8 <= len) {
-      w = LoadBigEndian64(code + byte);
-      avail = 64 - shift;
-    } else {
-      w = 0;
-      for (int64_t k = byte; k < len; ++k) w |= static_cast<uint64_t>(code[k]) << (56 - 8 * (k - byte));
-      avail = total - pos;
-    }
-    cnt = static_cast<int>(avail < 63 ? avail : 63);
-    buf = cnt > 0 ? (w << shift) & (~uint64_t{0} << (64 - cnt)) : 0;
-  };
+  int64_t loaded_at = 0;  // stream position of the bits last loaded into buf
+  int loaded = 0;         // how many were loaded then
+  uint64_t buf = 0;       // the next cnt bits of the stream, left-aligned; zeros below
+  int cnt = 0;            // at most 63, so ~buf is never 0
   int64_t prev = -1;
+  uint64_t sign_word = 0;  // the coming sign bits, first one most significant
   int64_t cur_word = 0;
   uint64_t cur_nz = 0, cur_neg = 0;
   for (uint64_t i = 0; i < count; ++i) {
-    const uint64_t max_gap = static_cast<uint64_t>(n - 1 - prev);
-    int ones = __builtin_clzll(~buf);
+    int ones = Clz64(~buf);
     int need = ones + 1 + b;
     uint64_t gap;
     if (__builtin_expect(need > cnt, 0)) {
-      refill();
-      ones = __builtin_clzll(~buf);
+      loaded_at += loaded - cnt;
+      Refill(code, len, loaded_at, &buf, &cnt);
+      loaded = cnt;
+      ones = Clz64(~buf);
       need = ones + 1 + b;
+      if (__builtin_expect(need > cnt, 0)) {  // a long run of ones, or the end of the stream
+        int64_t at = loaded_at;
+        TLC_RETURN_IF_ERROR(SlowGap(code, len, b, static_cast<uint64_t>(n - 1 - prev), &at, &gap));
+        loaded_at = at;
+        loaded = cnt = 0;
+        buf = 0;
+        prev += static_cast<int64_t>(gap);
+        goto mark;
+      }
     }
-    if (__builtin_expect(need <= cnt, 1)) {
+    {
       const uint64_t r = ((buf << (ones + 1)) >> 1) >> (63 - b);
-      gap = (static_cast<uint64_t>(ones) << b) + r + 1;
-      if (gap > max_gap) return Status::Invalid("golomb: gap exceeds the tensor size");
+      prev += static_cast<int64_t>((static_cast<uint64_t>(ones) << b) + r + 1);
+      // prev < n: the gap is at most n - 1 - (the previous position)
+      if (__builtin_expect(prev >= n, 0)) return Status::Invalid("golomb: gap exceeds the tensor size");
       buf <<= need;
       cnt -= need;
-      pos += need;
-    } else {
-      TLC_RETURN_IF_ERROR(SlowGap(code, len, b, max_gap, &pos, &gap));
-      cnt = 0;
-      buf = 0;
     }
-    prev += static_cast<int64_t>(gap);
-    const uint64_t s = (signs[i >> 3] >> (7 - (i & 7))) & 1;
-    const int64_t word = prev >> 6;
-    const int bit = static_cast<int>(prev & 63);
-    const uint64_t keep = word == cur_word ? ~uint64_t{0} : 0;
-    cur_nz = (cur_nz & keep) | (uint64_t{1} << bit);
-    cur_neg = (cur_neg & keep) | (s << bit);
-    nz[word] = cur_nz;
-    neg[word] = cur_neg;
-    cur_word = word;
+  mark:
+    if ((i & 63) == 0) {
+      const int64_t at = static_cast<int64_t>(i >> 3);
+      const int64_t have = static_cast<int64_t>((count + 7) / 8) - at;
+      if (have >= 8) {
+        sign_word = LoadBigEndian64(signs + at);
+      } else {
+        sign_word = 0;
+        for (int64_t k = 0; k < have; ++k) {
+          sign_word |= static_cast<uint64_t>(signs[at + k]) << (56 - 8 * k);
+        }
+      }
+    }
+    {
+      // The current mask words live in registers and are stored whole after
+      // every position (no read-modify-write chain through memory).
+      const int64_t word = prev >> 6;
+      const uint64_t keep = word == cur_word ? ~uint64_t{0} : 0;
+      cur_nz = (cur_nz & keep) | (uint64_t{1} << (prev & 63));
+      cur_neg = (cur_neg & keep) | ((sign_word >> 63) << (prev & 63));
+      nz[word] = cur_nz;
+      neg[word] = cur_neg;
+      cur_word = word;
+      sign_word <<= 1;
+    }
   }
-  *end_bit = pos;
+  *end_bit = loaded_at + loaded - cnt;
   return Status::Ok();
 }
 
@@ -747,6 +793,29 @@ int64_t QuantizeToBits(const float* x, const float* e, float* e_out, int64_t cou
   if (UseAvx2Kernels()) return QuantizeAvx2(x, e, e_out, count, m, sinks);
 #endif
   return QuantizeGeneric(x, e, e_out, count, m, sinks);
+}
+
+int64_t QuantizeBlocks(const float* x, const float* e, float* e_out, int64_t n, int64_t block,
+                       int64_t k0, int64_t k1, float s, float* scales, SliceSinks* sinks,
+                       int64_t* bad) {
+  *bad = -1;
+  if (k0 >= k1) return 0;
+  int64_t nonzeros = 0;
+  MaxAbsResult p = MaxAbsSum(x + k0 * block, e + k0 * block, std::min(n, (k0 + 1) * block) - k0 * block);
+  for (int64_t k = k0; k < k1; ++k) {
+    const int64_t begin = k * block, end = std::min(n, begin + block);
+    const float m = p.max_abs * s;
+    if (!p.finite || !std::isfinite(m)) {
+      *bad = k;
+      break;
+    }
+    scales[k] = m;
+    nonzeros += QuantizeToBits(x + begin, e + begin, e_out + begin, end - begin, m, sinks);
+    // (Scanning the next block while quantizing this one measured slower:
+    // the scan streams from memory best on its own.)
+    if (k + 1 < k1) p = MaxAbsSum(x + end, e + end, std::min(n, end + block) - end);
+  }
+  return nonzeros;
 }
 
 int64_t ZeroRunSizeOfBits(const SliceBits* slices, int64_t count, int64_t n) {

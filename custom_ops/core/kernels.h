@@ -13,7 +13,8 @@
 
 namespace tlc {
 
-// True when the AVX2 kernels run: the CPU has AVX2, BMI1, BMI2 and POPCNT,
+// True when the AVX2 kernels run: the CPU has AVX2, BMI1, BMI2, POPCNT and
+// LZCNT,
 // and the environment variable TLC_CODEC_GENERIC is unset, empty or "0" (the
 // tests set it to check that the portable kernels write the same bytes).
 bool UseAvx2Kernels();
@@ -82,6 +83,15 @@ struct SliceSinks {
 // number of q != 0.
 int64_t QuantizeToBits(const float* x, const float* e, float* e_out, int64_t count, float m,
                        SliceSinks* sinks);
+
+// Block scaling: quantizes blocks [k0, k1) of `block` elements (the last
+// block of the tensor may be shorter) in order, block k against
+// m = max|x + e| * s over the block, which goes to scales[k]. Stops before
+// the first block whose m is not finite and sets *bad to it (else -1).
+// Returns the number of q != 0.
+int64_t QuantizeBlocks(const float* x, const float* e, float* e_out, int64_t n, int64_t block,
+                       int64_t k0, int64_t k1, float s, float* scales, SliceSinks* sinks,
+                       int64_t* bad);
 
 // Zero-run code size of the tensor whose n elements are in `slices` (in
 // order, covering [0, n)).

@@ -242,19 +242,8 @@ Status QuantizePerBlock(const float* x, const float* error_in, float* error_out,
     SliceBits& bits = (*out)[t];
     bits.Allocate(b0 * block, std::min(n, b1 * block));
     SliceSinks sinks(bits);
-    int64_t nonzeros = 0;
-    for (int64_t k = b0; k < b1; ++k) {
-      const int64_t begin = k * block, end = std::min(n, begin + block);
-      const MaxAbsResult p = MaxAbsSum(x + begin, error_in + begin, end - begin);
-      const float m = p.max_abs * s;
-      if (!p.finite || !std::isfinite(m)) {
-        bad_block[t] = k;
-        break;
-      }
-      scales[k] = m;
-      nonzeros += QuantizeToBits(x + begin, error_in + begin, error_out + begin, end - begin, m,
-                                 &sinks);
-    }
+    const int64_t nonzeros = QuantizeBlocks(x, error_in, error_out, n, block, b0, b1, s, scales,
+                                            &sinks, &bad_block[t]);
     sinks.Finish();
     bits.nonzeros = nonzeros;
   });
