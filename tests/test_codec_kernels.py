@@ -1,0 +1,175 @@
+"""The bit-mask kernels of the codec core (custom_ops/core/kernels.cc) against the independent
+reference (tests/format_reference.py): sizes around the 64-bit mask words and the 40-element
+quantization spans, sparse and clustered inputs whose Golomb gaps run far past 32 * 2^b, every
+truncation of a Golomb payload, and the portable kernels (TLC_CODEC_GENERIC=1) against the AVX2
+ones."""
+import hashlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import format_reference as ref
+from tlc import codec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZES = [1, 4, 5, 39, 40, 41, 63, 64, 65, 127, 128, 129, 319, 320, 321, 1000, 1001, 2563, 4099]
+
+
+def bits(a):
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def sparse_input(n, density, seed, silence=0.0):
+    """Values past m/2 at about `density`, the rest small; `silence` of the tensor (in a few
+    stretches) exactly zero, so that some gaps between non-zeros are very long."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) * 0.01).astype(np.float32)
+    loud = rng.random(n) < density
+    x[loud] = (rng.standard_normal(loud.sum()) * 10).astype(np.float32)
+    e = (rng.standard_normal(n) * 0.004).astype(np.float32)
+    for _ in range(3):
+        if n and silence:
+            length = int(n * silence / 3)
+            start = int(rng.integers(0, max(1, n - length)))
+            x[start:start + length] = 0
+            e[start:start + length] = 0
+    if n:
+        x[0] = 10.0  # one scale for every density
+    return x, e
+
+
+def check(x, e0, s, adaptive, block_size):
+    e = e0.copy()
+    code, m = codec.compress_3lc(x, e, s, adaptive=adaptive, block_size=block_size)
+    rcode, rm, re = ref.compress(x, e0, s, adaptive, block_size)
+    assert np.array_equal(code, rcode)
+    assert np.array_equal(bits(m), bits(rm))
+    assert np.array_equal(bits(e), bits(re))
+    n = len(x)
+    out = np.full(n, 7.0, np.float32)
+    codec.decompress_3lc(code, m, n, adaptive, block_size=block_size, out=out)
+    assert np.array_equal(bits(out), bits(ref.decompress(code, m, n, adaptive, block_size)))
+    base = (np.arange(n) % 3 - 1).astype(np.float32) * np.float32(-0.0)  # keeps -0.0 bits
+    acc = base.copy()
+    codec.decompress_3lc_accumulate(code, m, acc, adaptive, block_size=block_size)
+    assert np.array_equal(bits(acc), bits(ref.accumulate(base, code, m, adaptive, block_size)))
+    return code, m
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("density", [0.5, 0.062, 0.004])
+@pytest.mark.parametrize("block_size", [0, 5, 35, 40, 1000])
+def test_sizes_around_words_and_spans(n, density, block_size):
+    x, e = sparse_input(n, density, seed=n)
+    for adaptive in (True, False):
+        check(x, e, 1.0, adaptive, block_size)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("block_size", [0, 1000])
+def test_long_gaps_and_long_runs(seed, block_size):
+    """Mostly silent tensors: Golomb gaps of thousands of elements with small b (the slow
+    path of the encoder and the decoder), and zero runs of many 255 bytes."""
+    n = 20_000 + 37 * seed
+    x, e = sparse_input(n, 0.5, seed=seed, silence=0.9)
+    code, _ = check(x, e, 1.0, True, block_size)
+    assert code[0] == 1  # the Golomb body
+    b = int(code[1])
+    gaps = np.diff(np.flatnonzero(ref.decode_q(code, n, True)))
+    assert (gaps.max() - 1) >> b > 64  # a code word longer than 64 bits
+    check(x, e, 1.0, False, block_size)
+
+
+def test_golomb_coder_long_gaps():
+    rng = np.random.default_rng(3)
+    for b in (0, 1, 3, 8):
+        positions = np.unique(np.concatenate([rng.integers(0, 50, 20),
+                                              rng.integers(5_000, 5_100, 20), [99_999]]))
+        code = codec.golomb_encode(positions, b)
+        assert np.array_equal(code, ref.golomb_encode(positions, b))
+        assert np.array_equal(codec.golomb_decode(code, b, 100_000), positions)
+
+
+def test_every_truncation_and_last_byte_of_a_golomb_payload():
+    """The decoder accepts exactly what the reference accepts, and leaves `out` untouched
+    when it rejects."""
+    n = 3_000
+    x, e = sparse_input(n, 0.03, seed=11, silence=0.5)
+    code, m = check(x, e, 1.0, True, 1000)
+    assert code[0] == 1
+    variants = [code[:cut] for cut in range(len(code))]
+    for flip in range(8):
+        for at in (len(code) - 1, len(code) - 2, len(code) // 2):
+            bad = code.copy()
+            bad[at] ^= 1 << flip
+            variants.append(bad)
+    variants.append(np.concatenate([code, [0xFF]]).astype(np.uint8))
+    variants.append(np.concatenate([code, [0x7F]]).astype(np.uint8))
+    for variant in variants:
+        try:
+            want = ref.decompress(variant, m, n, True, 1000)
+        except ValueError:
+            want = None
+        out = np.full(n, 5.0, np.float32)
+        if want is None:
+            with pytest.raises(ValueError, match="golomb|3lc"):
+                codec.decompress_3lc(variant, m, n, True, block_size=1000, out=out)
+            assert np.all(out == 5.0)
+        else:
+            codec.decompress_3lc(variant, m, n, True, block_size=1000, out=out)
+            assert np.array_equal(bits(out), bits(want))
+
+
+GENERIC_SCRIPT = r"""
+import hashlib, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[1] + "/tests")
+from tlc import codec
+from test_codec_kernels import cases
+h = hashlib.sha256()
+for x, e, s, adaptive, block_size, threads in cases():
+    code, m = codec.compress_3lc(x, e, s, adaptive=adaptive, block_size=block_size,
+                                 num_threads=threads)
+    out = codec.decompress_3lc(code, m, len(x), adaptive, block_size=block_size)
+    acc = x.copy()
+    codec.decompress_3lc_accumulate(code, m, acc, adaptive, block_size=block_size)
+    for a in (code, np.asarray(m), e, out, acc):
+        h.update(np.ascontiguousarray(a).tobytes())
+print(h.hexdigest())
+"""
+
+
+def cases():
+    """Inputs for the portable-versus-AVX2 comparison (also imported by the child)."""
+    for i, n in enumerate([0, 3, 64, 1001, 40_007, 300_001]):
+        for density, silence in ((0.3, 0.0), (0.062, 0.0), (0.01, 0.6)):
+            x, e = sparse_input(n, density, seed=i, silence=silence)
+            for adaptive in (True, False):
+                for block_size in (0, 35, 1000):
+                    yield x, e.copy(), 1.0 + 0.3 * i / 6, adaptive, block_size, 1 + i % 3
+
+
+@pytest.mark.parametrize("generic", ["1"])
+def test_generic_kernels_write_the_same_bytes(generic):
+    digests = []
+    for env in ({}, {"TLC_CODEC_GENERIC": generic}):
+        proc = subprocess.run([sys.executable, "-c", GENERIC_SCRIPT, ROOT], capture_output=True,
+                              text=True, timeout=600, env={**os.environ, **env})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        digests.append(proc.stdout.strip())
+    assert len(digests[0]) == 64 and digests[0] == digests[1]
+    # and the child's digest is this process's
+    h = hashlib.sha256()
+    for x, e, s, adaptive, block_size, threads in cases():
+        code, m = codec.compress_3lc(x, e, s, adaptive=adaptive, block_size=block_size,
+                                     num_threads=threads)
+        out = codec.decompress_3lc(code, m, len(x), adaptive, block_size=block_size)
+        acc = x.copy()
+        codec.decompress_3lc_accumulate(code, m, acc, adaptive, block_size=block_size)
+        for a in (code, np.asarray(m), e, out, acc):
+            h.update(np.ascontiguousarray(a).tobytes())
+    assert h.hexdigest() == digests[0]
