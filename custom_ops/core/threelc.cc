@@ -46,7 +46,7 @@ Status GetVarint(const uint8_t* p, int64_t len, int64_t* pos, uint64_t* v) {
 
 // Golomb/sign body (after the tag) of the quantized slices.
 Status EncodeGolombSigns(const std::vector<SliceBits>& slices, int64_t n, int64_t nonzeros,
-                         std::vector<uint8_t>* body) {
+                         std::unique_ptr<uint8_t[]>* body, int64_t* size) {
   int b;
   TLC_RETURN_IF_ERROR(GolombBstar(n > 0 ? static_cast<double>(nonzeros) / n : 0.0, &b));
   std::vector<uint8_t> head;
@@ -54,12 +54,13 @@ Status EncodeGolombSigns(const std::vector<SliceBits>& slices, int64_t n, int64_
   PutVarint(static_cast<uint64_t>(nonzeros), &head);
   const int64_t signs_at = static_cast<int64_t>(head.size());
   const int64_t positions_at = signs_at + (nonzeros + 7) / 8;
-  // Room for the largest code plus the 8 bytes the bit writer stores past it.
-  body->resize(positions_at + GolombBytesBound(nonzeros, n, b) + 8);
-  std::memcpy(body->data(), head.data(), head.size());
+  // Room for the largest code plus the 8 bytes the bit writer stores past it
+  // (not initialised: every byte up to the returned size is written).
+  body->reset(new uint8_t[positions_at + GolombBytesBound(nonzeros, n, b) + 8]);
+  std::memcpy(body->get(), head.data(), head.size());
   const int64_t code = WriteGolombOfBits(slices.data(), static_cast<int64_t>(slices.size()), b,
-                                         body->data() + signs_at, body->data() + positions_at);
-  body->resize(positions_at + code);
+                                         body->get() + signs_at, body->get() + positions_at);
+  *size = positions_at + code;
   return Status::Ok();
 }
 
@@ -280,25 +281,26 @@ Status Compress3LC(const float* x, const float* error_in, float* error_out, int6
   for (const SliceBits& b : slices) total_nonzeros += b.nonzeros;
 
   const int64_t zre_size = ZeroRunSizeOfBits(slices.data(), num_slices, n);
-  std::vector<uint8_t> golomb;
+  std::unique_ptr<uint8_t[]> golomb;
+  int64_t golomb_size = 0;
   bool use_golomb = false;
   if (adaptive) {
     // A position costs at least 2 bits (terminating zero and sign): skip the
     // Golomb pass when even that cannot beat the zero-run code.
     if (total_nonzeros * 2 < zre_size * 8) {
-      TLC_RETURN_IF_ERROR(EncodeGolombSigns(slices, n, total_nonzeros, &golomb));
-      use_golomb = static_cast<int64_t>(golomb.size()) < zre_size;
+      TLC_RETURN_IF_ERROR(EncodeGolombSigns(slices, n, total_nonzeros, &golomb, &golomb_size));
+      use_golomb = golomb_size < zre_size;
     }
   }
   const int64_t header = adaptive ? 1 : 0;
-  const int64_t size = header + (use_golomb ? static_cast<int64_t>(golomb.size()) : zre_size);
+  const int64_t size = header + (use_golomb ? golomb_size : zre_size);
   uint8_t* out = alloc(size);
   if (out == nullptr && size > 0) return Status::Invalid("3lc: could not allocate the output");
   if (adaptive) {
     out[0] = static_cast<uint8_t>(use_golomb ? PayloadTag::kGolombSigns : PayloadTag::kZeroRun);
   }
   if (use_golomb) {
-    std::memcpy(out + header, golomb.data(), golomb.size());
+    std::memcpy(out + header, golomb.get(), golomb_size);
   } else {
     WriteZeroRunOfBits(slices.data(), num_slices, n, zre_size, out + header);
   }
