@@ -71,34 +71,49 @@ def mean_std(values):
     return f"{100 * mean:.2f} +- {100 * std:.2f}", mean
 
 
+def read_accuracies(logdir, model, label, seeds):
+    """(every summary found, {seed: test accuracy} of the runs that finished)."""
+    runs, by_seed = [], {}
+    for seed in seeds:
+        path = os.path.join(run_dir(logdir, model, label, seed), "summary.json")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                runs.append(json.load(f))
+            if "test_accuracy" in runs[-1]:
+                by_seed[seed] = runs[-1]["test_accuracy"]
+    return runs, by_seed
+
+
 def table(logdir, models, labels, seeds, steps, block_size, pull_s=None):
     pull = "" if pull_s is None else f"; rows ending _pull{pull_s:g} pull the model at s = {pull_s:g}"
     lines = [f"Fashion-MNIST, 1 PS + 2 workers, {steps} steps, Momentum 0.05/0.9, batch 64 per "
              f"worker; block scaling with B = {block_size}{pull}. Accuracy in points (mean +- std over "
              "the seeds measured); bits/value averaged over the run; delta against float32's "
-             "mean. Rows with 0 seeds are not measured yet.", "",
+             "mean; paired delta: mean +- standard error of (run - float32 run) over the seeds both have. Rows "
+             "with 0 seeds are not measured yet.", "",
              "| model | compressor | seeds | test accuracy (%) | delta vs float32 | "
-             "push bits/value | pull bits/value |", "|---|---|---|---|---|---|---|"]
+             "paired delta +- se | push bits/value | pull bits/value |",
+             "|---|---|---|---|---|---|---|---|"]
     for model in models:
         base = None
+        base_by_seed = read_accuracies(logdir, model, "float32", seeds)[1]
         for label in labels:
-            runs = []
-            for seed in seeds:
-                path = os.path.join(run_dir(logdir, model, label, seed), "summary.json")
-                if os.path.exists(path):
-                    with open(path, encoding="utf-8") as f:
-                        runs.append(json.load(f))
+            runs, by_seed = read_accuracies(logdir, model, label, seeds)
             ok = [r for r in runs if "test_accuracy" in r]
             text, mean = mean_std([r["test_accuracy"] for r in ok])
             if label == "float32" and ok:
                 base = mean
             delta = f"{100 * (mean - base):+.2f}" if ok and base is not None else ""
+            paired = [100 * (by_seed[k] - base_by_seed[k]) for k in by_seed if k in base_by_seed]
+            paired_text = (f"{statistics.mean(paired):+.2f} +- "
+                           f"{statistics.stdev(paired) / len(paired) ** 0.5:.2f}"
+                           if len(paired) > 1 and label != "float32" else "")
             push = (f"{statistics.mean(32 / r['push_ratio'] for r in ok):.3f}" if ok else "")
             pull = (f"{statistics.mean(32 / r['pull_ratio'] for r in ok):.3f}" if ok else "")
             failed = len(runs) - len(ok)
             seeds_text = f"{len(ok)}" + (f" (+{failed} failed)" if failed else "")
-            lines.append(f"| {model} | {label} | {seeds_text} | {text} | {delta} | {push} | "
-                         f"{pull} |")
+            lines.append(f"| {model} | {label} | {seeds_text} | {text} | {delta} | {paired_text} | "
+                         f"{push} | {pull} |")
     return "\n".join(lines)
 
 
