@@ -124,22 +124,11 @@ def test_every_truncation_and_last_byte_of_a_golomb_payload():
 
 
 GENERIC_SCRIPT = r"""
-import hashlib, sys
-import numpy as np
+import sys
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(0, sys.argv[1] + "/tests")
-from tlc import codec
-from test_codec_kernels import cases
-h = hashlib.sha256()
-for x, e, s, adaptive, block_size, threads in cases():
-    code, m = codec.compress_3lc(x, e, s, adaptive=adaptive, block_size=block_size,
-                                 num_threads=threads)
-    out = codec.decompress_3lc(code, m, len(x), adaptive, block_size=block_size)
-    acc = x.copy()
-    codec.decompress_3lc_accumulate(code, m, acc, adaptive, block_size=block_size)
-    for a in (code, np.asarray(m), e, out, acc):
-        h.update(np.ascontiguousarray(a).tobytes())
-print(h.hexdigest())
+from test_codec_kernels import digest
+print(digest())
 """
 
 
@@ -153,16 +142,8 @@ def cases():
                     yield x, e.copy(), 1.0 + 0.3 * i / 6, adaptive, block_size, 1 + i % 3
 
 
-@pytest.mark.parametrize("generic", ["1"])
-def test_generic_kernels_write_the_same_bytes(generic):
-    digests = []
-    for env in ({}, {"TLC_CODEC_GENERIC": generic}):
-        proc = subprocess.run([sys.executable, "-c", GENERIC_SCRIPT, ROOT], capture_output=True,
-                              text=True, timeout=600, env={**os.environ, **env})
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        digests.append(proc.stdout.strip())
-    assert len(digests[0]) == 64 and digests[0] == digests[1]
-    # and the child's digest is this process's
+def digest():
+    """sha256 over every case's code, scales, new error, decoded and accumulated values."""
     h = hashlib.sha256()
     for x, e, s, adaptive, block_size, threads in cases():
         code, m = codec.compress_3lc(x, e, s, adaptive=adaptive, block_size=block_size,
@@ -172,4 +153,16 @@ def test_generic_kernels_write_the_same_bytes(generic):
         codec.decompress_3lc_accumulate(code, m, acc, adaptive, block_size=block_size)
         for a in (code, np.asarray(m), e, out, acc):
             h.update(np.ascontiguousarray(a).tobytes())
-    assert h.hexdigest() == digests[0]
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("generic", ["1"])
+def test_generic_kernels_write_the_same_bytes(generic):
+    digests = []
+    for env in ({}, {"TLC_CODEC_GENERIC": generic}):
+        proc = subprocess.run([sys.executable, "-c", GENERIC_SCRIPT, ROOT], capture_output=True,
+                              text=True, timeout=600, env={**os.environ, **env})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        digests.append(proc.stdout.strip())
+    assert len(digests[0]) == 64 and digests[0] == digests[1]
+    assert digest() == digests[0]  # and the child's digest is this process's
