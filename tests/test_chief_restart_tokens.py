@@ -30,9 +30,16 @@ def build_worker(worker_id):
             opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),
                                         NUM_WORKERS, NUM_WORKERS, compressor=Float32())
             train_op = opt.apply_gradients(zip(grads, [var_0, var_1]), global_step=global_step)
-        accumulator = opt._entries[0].accumulator  # pylint: disable=protected-access
+        accumulator = opt._built.entries[0].accumulator  # pylint: disable=protected-access
         # What a chief's update does first: take v0's gradients.
-        take_v0 = (accumulator.num_accumulated(), accumulator.take_grad(1))
+        # ...and counts the take, as the update does (how a restarted chief
+        # knows that the update died inside).
+        takes, = [v for v in tf.compat.v1.get_collection("tlc_server_state")
+                  if v.op.name == "tlc_takes_in_update"]
+        take = accumulator.take_grad(1)
+        with tf.control_dependencies([take]):
+            counted = takes.assign_add(1)
+        take_v0 = (accumulator.num_accumulated(), counted)
     return graph, opt, train_op, global_step, take_v0
 
 

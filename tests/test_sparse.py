@@ -16,6 +16,7 @@ import tlc.ops  # noqa: F401  (kernels)
 from tlc import compressors
 from tlc import Float32, SyncReplicasOptimizer, ThreeLC, replica
 from tlc.compressors.indices import decode_rows, encode_rows
+from tlc.optimizer import sparse
 from tlc.job import cluster as cl
 from tlc.session import training_session
 
@@ -223,13 +224,13 @@ def test_malformed_sparse_pushes_fail_naming_the_tensor(compressor):
             opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0), 1,
                                         compressor=compressor, compress_threshold=0)
             opt.minimize(loss, global_step=gs)
-        entry, = opt._entries  # pylint: disable=protected-access
+        entry, = opt._built.entries  # pylint: disable=protected-access
         # The PS half of the optimizer's push, fed from placeholders of any
         # shape (what a hostile peer can send; the graph's own payload
         # tensors have static shapes the client would refuse to feed).
         fed = [tf.compat.v1.placeholder(t.dtype) for t in entry.push_payload]
         with tf.device("/job:ps/task:0"), tf.name_scope("tlc_decode_push/hostile_table"):
-            indices, values = opt._decode_rows(entry, fed, opt.compressor)
+            indices, values = sparse.decode_rows(entry, fed, opt.compressor)
             push = entry.accumulator.apply_grad(indices, values, grad_shape=[500, 8],
                                                 local_step=0)
         count = entry.accumulator.num_accumulated()
@@ -288,8 +289,8 @@ def test_row_error_feedback_keeps_what_was_not_sent_row_by_row():
         opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0), 1,
                                     compressor=ThreeLC(1.0))
         entry = Entry(var, var, compressed=True)
-        payload = opt._encode_rows(entry, tf.IndexedSlices(values, indices), opt.compressor)
-        sent_rows, sent_values = opt._decode_rows(entry, payload, opt.compressor)
+        payload = sparse.encode_rows(entry, tf.IndexedSlices(values, indices), opt.compressor)
+        sent_rows, sent_values = sparse.decode_rows(entry, payload, opt.compressor)
         error, = [v for v in tf.compat.v1.local_variables() if "tlc_push_row_error" in v.name]
         init = [tf.compat.v1.global_variables_initializer(),
                 tf.compat.v1.local_variables_initializer()]
@@ -348,10 +349,10 @@ def test_every_compressor_pushes_rows(name):
         opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0), 1,
                                     compressor=compressors.create(name))
         entry = Entry(var, var, compressed=True)
-        comp = opt._rows_compressor(entry)
-        payload = opt._encode_rows(entry, tf.IndexedSlices(tf.constant(grads), tf.constant(ids)),
+        comp = sparse.rows_compressor(opt._config, entry)
+        payload = sparse.encode_rows(entry, tf.IndexedSlices(tf.constant(grads), tf.constant(ids)),
                                    comp)
-        decoded = opt._decode_rows(entry, payload, comp)
+        decoded = sparse.decode_rows(entry, payload, comp)
         init = [tf.compat.v1.global_variables_initializer(),
                 tf.compat.v1.local_variables_initializer()]
     with tf.compat.v1.Session(graph=graph) as sess:

@@ -8,10 +8,24 @@ maps gradients of local copies to their masters and keeps the copies in sync
 with compressed model deltas.
 """
 import contextlib
+import weakref
 
 import tensorflow as tf
 
 MASTERS = "tlc_masters"  # graph collection of master variables
+# Graph -> its local copies, in creation order. Not a graph collection: a
+# local copy is in exactly the collections TF would put a variable in.
+_LOCAL_COPIES = weakref.WeakKeyDictionary()
+
+
+def local_copies_of_graph(graph=None):
+    """Every local copy made in the graph, in creation order."""
+    return list(_LOCAL_COPIES.get(graph or tf.compat.v1.get_default_graph(), []))
+
+
+def is_statistic(local):
+    """True for a worker-kept statistic (see local_copies)."""
+    return getattr(local, "_tlc_statistic", False)
 
 
 def master_of(var):
@@ -71,6 +85,7 @@ def local_copies(worker_device):
         _keep_only_in(local, [tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
                               tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES])
         local._tlc_master = master  # pylint: disable=protected-access
+        _LOCAL_COPIES.setdefault(local.graph, []).append(local)
         return local
 
     with tf.compat.v1.variable_creator_scope(creator):

@@ -2,26 +2,38 @@
 
 Same constructor, methods and meaning as
 tf.compat.v1.train.SyncReplicasOptimizer, plus a `compressor`. Per step
-(the 3LC paper's Figure 1):
+(the 3LC paper's Figure 1), for each parameter server (one *channel* each):
 
-  worker: grad -> compress (error buffer on the worker's host CPU) --payload-->
-  PS:     decompress -> ConditionalAccumulator (stale pushes dropped)
-  chief:  take `replicas_to_aggregate` grads -> inner optimizer updates master
-          -> per variable, compress (master - shadow) ONCE, shadow += delta,
-             keep the payload in a small log keyed by step -> global_step += 1
-          -> tokens
-  worker: token -> fetch the logged payloads it has not applied yet --payload-->
-          local copy += delta (same op as the shadow, so bit-identical).
+  worker: grads -> compress (error buffers on the worker's host CPU)
+          -> ONE push message (payloads, small gradients, sparse rows, the
+             worker's local step and model version) --> PS
+  PS:     unpack -> decompress -> ConditionalAccumulators (stale pushes dropped)
+  chief:  take `replicas_to_aggregate` grads -> inner optimizer updates masters
+          -> per variable, compress (master - shadow) ONCE, shadow += delta;
+             the channel's parts in ONE step message, logged by step
+          -> global_step += 1 -> tokens
+  worker: token -> ONE reply per PS (token, version, the logged messages it
+          lacks) --> local copy += delta (same op as the shadow: bit-identical).
 
 A worker too far behind (or after a restart) copies the shadow once at full
 precision. Tensors under `compress_threshold` elements are sent uncompressed.
 
-The pieces, one module each: push.py (worker compress -> PS accumulator),
-aggregation.py (chief update, tokens), pull_log.py (compress the model delta
-once, log it), replay.py (worker applies logged deltas), full_sync.py
-(full-precision copy and consistency check), hook.py (session start-up and
-resync), recovery.py (the model back on a restarted PS), sync_replicas.py
-(the optimizer that puts them together).
+The pieces (each gets the shared state, state.Shared, explicitly):
+  state.py         config, global/local step, PS and worker state
+  layout.py        which variables, on which PS (entry.py: one variable)
+  channel.py       one PS: its push message and what the PS does with it
+  wire.py          how a message travels (docs/FORMAT.md's step message)
+  push.py          one variable's push: encode on the worker, decode on the PS
+  sparse.py        row-sparse pushes and pulls
+  aggregation.py   the chief's update, tokens
+  pull_log.py      the step message a PS logs after each update
+  replay.py        the reply to a worker and its replay
+  worker_step.py   a worker's step across channels
+  full_sync.py     full-precision copy and the bitwise consistency check
+  startup.py       init ops and tokens for sessions (TF's recipes use them)
+  hook.py          the session hook
+  recovery.py      the model back on a restarted PS
+  sync_replicas.py the optimizer's API
 """
 from tlc.optimizer.sync_replicas import (  # noqa: F401
     DEFAULT_COMPRESS_THRESHOLD,

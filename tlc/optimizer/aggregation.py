@@ -1,78 +1,71 @@
-"""Chief: take `replicas_to_aggregate` gradients, update the masters,
-run the pull compressions, advance the global step and release tokens."""
+"""Chief: take `replicas_to_aggregate` gradients, update the masters, write
+each channel's pull log, advance the global step and release tokens."""
 import tensorflow as tf
 from tensorflow.python.training import queue_runner  # pylint: disable=no-name-in-module
 
-from tlc.optimizer import timing
+from tlc.optimizer import pull_log, timing
 
 
-class Aggregation:
-    """Mixin of SyncReplicasOptimizer."""
+def _values(grad):
+    return grad.values if isinstance(grad, tf.IndexedSlices) else grad
 
-    def _build_chief_update(self, aggregated):
-        gs = self._global_step
-        with tf.device(gs.device), tf.name_scope(""):
-            # Steps whose pull deltas have started (== global_step when idle):
-            # lets a full-precision resync detect a concurrent update.
-            self._pull_begin = self._global_variable(tf.zeros([], gs.dtype.base_dtype),
-                                                     "tlc_pull_begin")
-            self._pull_compressions = self._global_variable(tf.zeros([], tf.int64),
-                                                            "tlc_pull_compressions")
-            # False until the chief has copied masters into shadows; restored
-            # as True from a checkpoint, so restored shadows are kept.
-            self._shadow_ready = self._global_variable(False, "tlc_shadow_ready")
-            self._update_seconds = self._global_variable(
-                tf.zeros([len(timing.UPDATE_PHASES)], tf.float64), "tlc_update_seconds")
-            taken = timing.stamp(gs.device, [g.values if isinstance(g, tf.IndexedSlices) else g for g, _ in aggregated])
-            update_op = self._opt.apply_gradients(aggregated)
-            with tf.control_dependencies([update_op]):
-                step = self._pull_begin.assign_add(1)
-        pull_ops = [update_op]
-        for entry in self._entries:
-            if entry.compressed and entry.has_local_copy:
-                pull_ops.append(self._build_pull_compression(entry, step))
-        with tf.device(gs.device), tf.name_scope(""):
-            stamps = [taken, timing.stamp(gs.device, [update_op]), timing.stamp(gs.device, pull_ops)]
-            timed = self._update_seconds.assign_add(tf.stack(timing.spans(stamps)), read_value=False)
-            with tf.control_dependencies(pull_ops + [timed]):
-                advanced = gs.assign_add(1)
-            self._sync_token_queue = tf.queue.FIFOQueue(
-                -1, gs.dtype.base_dtype, shapes=(), name="sync_token_q", shared_name="sync_token_q")
-            with tf.control_dependencies([advanced]):
-                tokens = tf.fill([self._tokens_per_step], gs.read_value())
-                sync_op = self._sync_token_queue.enqueue_many((tokens,))
-            if self._variable_averages is not None:
-                with tf.control_dependencies([sync_op]):
-                    sync_op = self._variable_averages.apply(self._variables_to_average)
-            # Closing the session at the end cancels the blocked update: not an error.
-            self._chief_queue_runner = queue_runner.QueueRunner(
-                self._sync_token_queue, [sync_op],
-                queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError))
 
-    def _build_init_ops(self):
-        gs = self._global_step
-        self.local_step_init_op = self._local_step.assign(gs.read_value())
-        chief_init = [self.local_step_init_op,
-                      self._pull_begin.assign(gs.read_value(), read_value=False)]
-        ready = self._shadow_ready.read_value()
-        for entry in self._entries:
-            with tf.device(entry.master.device):
-                chief_init.append(entry.accumulator.set_global_step(gs, name="SetGlobalStep"))
-                if entry.shadow is not None:
-                    chief_init.append(entry.shadow.assign(
-                        tf.where(ready, entry.shadow.read_value(), entry.master.read_value()),
-                        read_value=False))
-        with tf.control_dependencies(chief_init):
-            with tf.device(gs.device):
-                marked = self._shadow_ready.assign(True, read_value=False)
-        self.chief_init_op = tf.group(*chief_init, marked)
-        self.ready_for_local_init_op = tf.compat.v1.report_uninitialized_variables(
-            tf.compat.v1.global_variables())
-        with tf.device(gs.device):
-            self._release_tokens = self._sync_token_queue.enqueue_many(
-                (tf.fill([self._tokens_per_step], gs.read_value()),))
-            # For a chief that comes back while the others wait for a token:
-            # one each, so that they push again (a chief killed inside its
-            # update may have taken some accumulators' gradients already).
-            self._restart_tokens = self._sync_token_queue.enqueue_many(
-                (tf.fill([self._tokens_per_step - 1], gs.read_value()),))
+def build_update(shared, channels, aggregated, variable_averages, variables_to_average):
+    """Returns the chief's queue runner."""
+    gs, server, config = shared.global_step, shared.server, shared.config
+    with tf.device(gs.device), tf.name_scope(""):
+        taken = []
+        for grad, _ in aggregated:
+            with tf.control_dependencies([_values(grad)]):
+                taken.append(server.takes_in_update.assign_add(1, read_value=False))
+        started = timing.stamp(gs.device, [_values(g) for g, _ in aggregated])
+        with tf.control_dependencies(taken):
+            update_op = config.opt.apply_gradients(aggregated)
+        with tf.control_dependencies([update_op]):
+            step = server.pull_begin.assign_add(1)
+    pull_ops = [update_op] + [pull_log.build(shared, c, step) for c in channels if c.pulled]
+    with tf.device(gs.device), tf.name_scope(""):
+        stamps = [started, timing.stamp(gs.device, [update_op]), timing.stamp(gs.device, pull_ops)]
+        timed = server.update_seconds.assign_add(tf.stack(timing.spans(stamps)), read_value=False)
+        with tf.control_dependencies(pull_ops + [timed]):
+            advanced = gs.assign_add(1)
+        with tf.control_dependencies([advanced]):
+            done = server.takes_in_update.assign(0, read_value=False)
+        with tf.control_dependencies([done]):
+            tokens = tf.fill([config.tokens_per_step], gs.read_value())
+            sync_op = server.token_queue.enqueue_many((tokens,))
+        if variable_averages is not None:
+            with tf.control_dependencies([sync_op]):
+                sync_op = variable_averages.apply(variables_to_average)
+        return ChiefUpdateRunner(
+            server.token_queue, [sync_op], close_op=tf.no_op(),
+            cancel_op=server.token_queue.close(cancel_pending_enqueues=True),
+            queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError))
+
+
+# Errors of a connection or a session, not of the update itself.
+CONNECTION_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
+                     tf.errors.CancelledError, tf.errors.DeadlineExceededError,
+                     tf.errors.OutOfRangeError)
+
+
+class ChiefUpdateRunner(queue_runner.QueueRunner):
+    """The chief's update loop. The token queue lives on the PS and outlives
+    the chief's session: a stop, a re-created session or a lost connection
+    leave it open for the workers and for a chief that comes back. Only an
+    update that failed by itself (e.g. a non-finite model delta) closes it,
+    so that the workers waiting for tokens see the error."""
+
+    def _close_on_stop(self, sess, cancel_op, coord):
+        coord.wait_for_stop()
+        try:
+            coord.raise_requested_exception()
+            return
+        except CONNECTION_ERRORS:
+            return
+        except Exception:  # pylint: disable=broad-except
+            pass
+        try:
+            sess.run(cancel_op)
+        except Exception:  # pylint: disable=broad-except
+            pass  # the session is gone: nothing to close through it

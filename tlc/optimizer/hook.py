@@ -1,5 +1,6 @@
 """Session hook: initialises tokens and local state, runs the chief's queue
-runner, and resyncs a worker that fell too far behind."""
+runner, and resyncs a worker that fell too far behind. It uses only the
+pieces it is given (startup.SessionOps, full_sync.FullSync, recovery.Recovery)."""
 import threading
 import time
 
@@ -12,43 +13,47 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
     """Initialises tokens and local state, runs the chief's queue runner, and
     resyncs a worker that fell too far behind."""
 
-    def __init__(self, optimizer, is_chief, num_tokens):
-        self._opt = optimizer
+    def __init__(self, built, is_chief, num_tokens, make_init_tokens):
+        """built() -> what apply_gradients built (session_ops, full_sync,
+        recovery), or None before; make_init_tokens() -> the chief's init op."""
+        self._built = built
         self._is_chief = is_chief
         self._num_tokens = num_tokens
+        self._make_init_tokens = make_init_tokens
         self._seen_version = 0  # newest model version this process has trained on
+        self.chief_update_session = None
 
     def begin(self):
-        if not self._opt._gradients_applied:  # pylint: disable=protected-access
+        built = self._built()
+        if built is None:
             raise ValueError("SyncReplicasOptimizer.apply_gradient should be called before using "
                              "the hook.")
-        self._init_tokens_op = self._opt.get_init_tokens_op(self._num_tokens) if self._is_chief \
-            else None
-        self._local_init_op = (self._opt.chief_init_op if self._is_chief
-                               else self._opt.local_step_init_op)
+        self._ops, self._full_sync, self._recovery = (built.session_ops, built.full_sync,
+                                                      built.recovery)
+        self._init_tokens = self._make_init_tokens() if self._is_chief else None
 
     def after_create_session(self, session, coord):
-        self._opt.init_persistent(session)
+        self._recovery.init_persistent(session)
         deadline = time.time() + 300
-        while len(session.run(self._opt.ready_for_local_init_op)) > 0:
+        while len(session.run(self._ops.ready_for_local_init_op)) > 0:
             if time.time() > deadline:
                 raise RuntimeError("tlc: model variables were never initialised by the chief")
             time.sleep(0.2)
-        session.run(self._local_init_op)
-        while not session.run(self._opt._shadow_ready):  # pylint: disable=protected-access
+        interrupted = self._is_chief and session.run(self._ops.update_interrupted)
+        session.run(self._ops.chief_init_op if self._is_chief else self._ops.local_step_init_op)
+        while not session.run(self._ops.shadow_ready):
             if time.time() > deadline:
                 raise RuntimeError("tlc: the chief never initialised the model shadows")
             time.sleep(0.1)
-        version = self._opt.full_sync(session)
-        check_not_behind(self._seen_version, version,
-                         "chief" if self._is_chief else "worker")
+        version = self._full_sync.run(session)
+        check_not_behind(self._seen_version, version, "chief" if self._is_chief else "worker")
         self._seen_version = max(self._seen_version, version)
         if self._is_chief:
-            session.run(self._init_tokens_op)
-            if version > 0 and self._num_tokens == 0:
-                # A restarted chief: the other workers may be waiting on tokens
-                # for an update that died with the old chief.
-                session.run(self._opt._restart_tokens)  # pylint: disable=protected-access
+            session.run(self._init_tokens)
+            if interrupted and self._num_tokens == 0:
+                # The previous chief died inside its update: the workers wait
+                # for the tokens it would have released.
+                session.run(self._ops.restart_tokens)
             self._start_chief_updates(session, coord)
 
     def _start_chief_updates(self, session, coord):
@@ -57,7 +62,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         gradients no worker will send; closing its session cancels that wait.
         In the training session it would hold MonitoredSession.close() for
         its whole grace period (120 s by default), as TF's optimizer does."""
-        runner = self._opt.get_chief_queue_runner()
+        runner = self._ops.chief_queue_runner
         if not session.sess_str:
             # An in-process session keeps its state to itself: share it.
             runner.create_threads(session, coord=coord, daemon=True, start=True)
@@ -71,7 +76,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
 
         def close_when_stopped():
             coord.wait_for_stop()
-            threads[-1].join(5)  # the runner's own close-on-stop (token queue) first
+            threads[-1].join(5)  # the runner's own close-on-stop first
             own.close()
 
         closer = threading.Thread(target=close_when_stopped, daemon=True,
@@ -80,12 +85,9 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         closer.start()
 
     def before_run(self, run_context):
-        step_ops = {self._opt._train_op.op.name,  # pylint: disable=protected-access
-                    self._opt._needs_full_sync.op.name,  # pylint: disable=protected-access
-                    self._opt._version_after_step.op.name}  # pylint: disable=protected-access
-        if _fetches_any(run_context.original_args.fetches, step_ops):
+        if _fetches_any(run_context.original_args.fetches, self._ops.step_op_names):
             return tf.compat.v1.train.SessionRunArgs(
-                (self._opt._needs_full_sync, self._opt._version_after_step))  # pylint: disable=protected-access
+                (self._ops.needs_full_sync, self._ops.version_after_step))
         return None
 
     def after_run(self, run_context, run_values):
@@ -94,13 +96,13 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         needs_full_sync, version = run_values.results
         self._seen_version = max(self._seen_version, int(version))
         if needs_full_sync:
-            self._opt.full_sync(run_context.session)
+            self._full_sync.run(run_context.session)
 
     def end(self, session):
         # Wake workers still waiting for a token so that they can see the end.
         if self._is_chief:
             try:
-                session.run(self._opt._release_tokens)  # pylint: disable=protected-access
+                session.run(self._ops.release_tokens)
             except tf.errors.OpError:
                 pass
 

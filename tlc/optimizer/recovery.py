@@ -16,8 +16,7 @@ import tensorflow as tf
 from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=no-name-in-module
 
 from tlc import session as tlc_session
-
-PERSISTENT = "tlc_persistent_local_variables"  # initialised once per process
+from tlc.optimizer import state
 
 
 class ModelLostError(RuntimeError):
@@ -45,26 +44,20 @@ def check_not_behind(seen, now, who):
 
 
 class Recovery:
-    """Mixin of SyncReplicasOptimizer."""
+    """The model back on restarted parameter servers (see the module's docstring)."""
 
-    @staticmethod
-    def _persistent_variable(value, dtype, name):
-        """A worker-local variable that survives session re-creation."""
-        return tf.compat.v1.Variable(tf.constant(value, dtype), trainable=False, name=name,
-                                     use_resource=True, collections=[PERSISTENT])
-
-    def _build_recovery(self):
-        gs = self._global_step
-        with tf.device(self._worker_host):
-            persistent = tf.compat.v1.get_collection(PERSISTENT)
+    def __init__(self, shared, entries):
+        gs, server, worker = shared.global_step, shared.server, shared.worker
+        with tf.device(shared.worker_host):
+            persistent = tf.compat.v1.get_collection(state.PERSISTENT)
             self._persistent_uninitialised = tf.compat.v1.report_uninitialized_variables(
                 persistent)
             self._persistent_init = tf.compat.v1.variables_initializer(persistent)
             self._local_version_unset = tf.logical_not(
-                tf.compat.v1.is_variable_initialized(self._local_version))
-            version = self._local_version.read_value()
+                tf.compat.v1.is_variable_initialized(worker.local_version))
+            self._local_version = worker.local_version.read_value()
         restore, donated = [], set()
-        for entry in self._entries:
+        for entry in entries:
             if not entry.has_local_copy:
                 continue
             value = entry.local.read_value()
@@ -73,23 +66,23 @@ class Recovery:
                     if target is not None:
                         restore.append(target.assign(value, read_value=False))
                         donated.add(target.name)
-        num_compressed = sum(1 for e in self._entries if e.compressed and e.has_local_copy)
+        num_compressed = sum(1 for e in entries if e.shadow is not None)
         with tf.device(gs.device):
-            step = tf.cast(version, gs.dtype.base_dtype)
+            step = tf.cast(self._local_version, gs.dtype.base_dtype)
             restore += [gs.assign(step, read_value=False),
-                        self._pull_begin.assign(step, read_value=False),
-                        self._shadow_ready.assign(True, read_value=False),
+                        server.pull_begin.assign(step, read_value=False),
+                        server.shadow_ready.assign(True, read_value=False),
+                        server.takes_in_update.assign(0, read_value=False),
+                        server.update_seconds.initializer,
                         # One pull compression per compressed variable per step.
-                        self._pull_compressions.assign(version * num_compressed,
-                                                       read_value=False)]
-        donated |= {v.name for v in (gs, self._pull_begin, self._shadow_ready,
-                                     self._pull_compressions)}
+                        server.pull_compressions.assign(self._local_version * num_compressed,
+                                                        read_value=False)]
+        donated |= {v.name for v in [gs] + server.variables}
         rest = [v for v in tf.compat.v1.global_variables() if v.name not in donated]
         self._restarted_fresh = sorted(v.op.name for v in rest)
         self._restore_from_local = tf.group(*restore, tf.compat.v1.variables_initializer(rest))
         self._server_uninitialised = tf.compat.v1.report_uninitialized_variables(
             tf.compat.v1.global_variables())
-        self._version_read_for_recovery = version
         tlc_session.register_restorer(self)
 
     def init_persistent(self, session):
@@ -102,7 +95,7 @@ class Recovery:
         local variables just re-initialised)."""
         if session.run(self._local_version_unset):
             return 0
-        return int(session.run(self._version_read_for_recovery))
+        return int(session.run(self._local_version))
 
     def restore_model(self, session, saver, checkpoint_dir):
         """Chief, on session creation: puts the newest model on the PS. True if

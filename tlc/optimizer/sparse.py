@@ -30,8 +30,10 @@ moves every row) pull the whole delta as for dense gradients.
 """
 import tensorflow as tf
 
-from tlc.compressors import Float32, payload_bytes
-from tlc.compressors.indices import decode_rows, encode_rows, sorted_unique
+from tlc.compressors import Float32
+from tlc.compressors.indices import decode_rows as decode_row_code
+from tlc.compressors.indices import encode_rows as encode_row_code
+from tlc.compressors.indices import sorted_unique
 
 # Inner optimizers whose sparse update writes only the rows in the gradient.
 LAZY_SPARSE_OPTIMIZERS = (
@@ -60,136 +62,105 @@ def _order_dtype(max_rows):
     return tf.int32
 
 
-class SparseRows:
-    """Mixin of SyncReplicasOptimizer: row-sparse push, PS average and pull."""
+def rows_compressor(config, entry):
+    """The push compressor for a row-sparse variable's rows."""
+    if entry.compressed and config.compressor.supports_rows:
+        return config.compressor
+    return Float32()
 
-    def _rows_compressor(self, entry):
-        if entry.compressed and self._compressor.supports_rows:
-            return self._compressor
-        return Float32()
 
-    # ------------------------------------------------------------- push --
-    def _push_rows(self, entry, grad, sender):
-        """Encodes an IndexedSlices gradient on `sender`, decodes it on the
-        master's PS into a SparseConditionalAccumulator. Returns the push op
-        and the payload's bytes; sets entry.accumulator and entry.aggregated."""
-        master, base = entry.master, entry.master.op.name
-        compressor = self._rows_compressor(entry)
-        with tf.device(sender), tf.name_scope(f"tlc_encode_push/{base}"):
-            payload = self._encode_rows(entry, grad, compressor)
-        with tf.device(master.device):
-            with tf.name_scope(f"tlc_decode_push/{base}"):
-                indices, values = self._decode_rows(entry, payload, compressor)
-            accum = tf.compat.v1.SparseConditionalAccumulator(
-                tf.float32, shape=master.shape, shared_name=master.name + "/grad_accum")
-            push = accum.apply_grad(indices, values, grad_shape=master.shape.as_list(),
-                                    local_step=self._local_step)
-            entry.aggregated = accum.take_indexed_slices_grad(self._replicas_to_aggregate)
-            entry.accumulator = accum
-        entry.push_payload = payload  # what crosses the network (tests feed it)
-        return push, payload_bytes(payload)
+def row_pull_compressor(config):
+    return config.pull_compressor if config.pull_compressor.supports_rows else Float32()
 
-    def _encode_rows(self, entry, grad, compressor):
-        num_rows, width = entry.master.shape[0], row_shape(entry.master).num_elements()
-        indices = tf.cast(grad.indices, tf.int64)
-        values = tf.reshape(grad.values, [-1, width])
-        rows = sorted_unique(indices)
-        rank = tf.searchsorted(rows, indices, out_type=tf.int32)
-        order_dtype = _order_dtype(grad.indices.shape.num_elements())
-        if isinstance(compressor, Float32):
-            # Exact: the accumulator sees the gradient's own rows, in order.
-            in_order = tf.logical_and(tf.equal(tf.size(rows), tf.size(indices)),
-                                      tf.reduce_all(tf.equal(rank, tf.range(tf.size(rank)))))
-            order = tf.cond(in_order, lambda: tf.zeros([0], order_dtype),
-                            lambda: tf.cast(rank, order_dtype))
-            return (encode_rows(rows, num_rows), order) + tuple(compressor.compress(
-                tf.reshape(values, [-1])))
-        summed = tf.reshape(tf.math.unsorted_segment_sum(values, rank, tf.size(rows)), [-1])
-        if compressor.uses_memory:
-            payload = self._compress_with_row_error(entry, compressor, rows, summed)
-        else:
-            payload = tuple(compressor.compress(summed))
-        return (encode_rows(rows, num_rows), tf.zeros([0], order_dtype)) + payload
 
-    def _compress_with_row_error(self, entry, compressor, rows, flat):
-        """Compresses the rows plus their error; keeps what was not sent as
-        those rows' new error (the other rows' error is left as it is)."""
-        shape = [entry.master.shape[0], row_shape(entry.master).num_elements()]
-        error = self._local_variable(0, tf.float32, entry.master.op.name + "/tlc_push_row_error",
-                                     shape=shape)
-        corrected = flat + tf.reshape(tf.gather(error, rows), [-1])
-        payload = tuple(compressor.compress(corrected))
-        sent = compressor.decompress(payload, tf.size(corrected, out_type=tf.int64))
-        update = tf.compat.v1.scatter_update(error, rows,
-                                             tf.reshape(corrected - sent, [-1, shape[1]]))
-        with tf.control_dependencies([update]):
-            return tuple(tf.identity(t) for t in payload)
+def pulls_rows(config, entry):
+    """True if the pull logs only the rows a step changed."""
+    # The exact class: a subclass may well override the sparse update.
+    lazy = type(config.opt) in LAZY_SPARSE_OPTIMIZERS  # pylint: disable=unidiomatic-typecheck
+    return entry.sparse and entry.compressed and entry.has_local_copy and lazy
 
-    def _decode_rows(self, entry, payload, compressor):
-        """(row index per gradient row, values) from a push payload, checked."""
-        master, what = entry.master, entry.master.op.name
-        code, order, row_payload = payload[0], payload[1], payload[2:]
-        rows = decode_rows(code, master.shape[0], what)
-        order = tf.cast(order, tf.int32)
-        ok = tf.debugging.assert_less(order, tf.cast(tf.size(rows), tf.int32),
-                                      message=f"tlc: row order out of range for {what}")
-        with tf.control_dependencies([ok]):
-            indices = tf.cond(tf.size(order) > 0, lambda: tf.gather(rows, order),
-                              lambda: tf.identity(rows))
-        count = tf.size(indices, out_type=tf.int64) * row_shape(master).num_elements()
-        flat = compressor.decompress(row_payload, count)
-        ok = tf.debugging.assert_equal(tf.size(flat, out_type=tf.int64), count,
-                                       message=f"tlc: row values do not match the rows for {what}")
-        with tf.control_dependencies([ok]):
-            values = tf.reshape(flat, tf.concat([[-1], row_shape(master).as_list()], 0))
-        return indices, values
 
-    # ------------------------------------------------------------- pull --
-    def _row_pull_compressor(self):
-        return self._pull_compressor if self._pull_compressor.supports_rows else Float32()
+# ----------------------------------------------------------------- push --
+def encode_rows(entry, grad, compressor):
+    """The parts of an IndexedSlices push: (row index code, order, row payload...)."""
+    num_rows, width = entry.master.shape[0], row_shape(entry.master).num_elements()
+    indices = tf.cast(grad.indices, tf.int64)
+    values = tf.reshape(grad.values, [-1, width])
+    rows = sorted_unique(indices)
+    rank = tf.searchsorted(rows, indices, out_type=tf.int32)
+    order_dtype = _order_dtype(grad.indices.shape.num_elements())
+    if isinstance(compressor, Float32):
+        # Exact: the accumulator sees the gradient's own rows, in order.
+        in_order = tf.logical_and(tf.equal(tf.size(rows), tf.size(indices)),
+                                  tf.reduce_all(tf.equal(rank, tf.range(tf.size(rank)))))
+        order = tf.cond(in_order, lambda: tf.zeros([0], order_dtype),
+                        lambda: tf.cast(rank, order_dtype))
+        return (encode_row_code(rows, num_rows), order) + tuple(compressor.compress(
+            tf.reshape(values, [-1])))
+    summed = tf.reshape(tf.math.unsorted_segment_sum(values, rank, tf.size(rows)), [-1])
+    if compressor.uses_memory:
+        payload = _compress_with_row_error(entry, compressor, rows, summed)
+    else:
+        payload = tuple(compressor.compress(summed))
+    return (encode_row_code(rows, num_rows), tf.zeros([0], order_dtype)) + payload
 
-    def _pulls_rows(self, entry):
-        # The exact class: a subclass may well override the sparse update.
-        lazy = type(self._opt) in LAZY_SPARSE_OPTIMIZERS  # pylint: disable=unidiomatic-typecheck
-        return entry.aggregated is not None and entry.compressed and entry.has_local_copy and lazy
 
-    def _build_row_pull(self, entry, step):
-        """Logs the compressed (master - shadow) of the rows this step
-        updated, with their index code; applies the same rows to the shadow."""
-        master, base = entry.master, entry.master.op.name
-        shape = [-1] + row_shape(master).as_list()
-        with tf.device(master.device):
-            entry.shadow = self._global_variable(tf.zeros(master.shape), base + "/tlc_shadow")
-            with tf.control_dependencies([step]):
-                rows = sorted_unique(tf.cast(entry.aggregated.indices, tf.int64))
-                delta = tf.gather(master, rows) - tf.gather(entry.shadow, rows)
-                flat = tf.reshape(delta, [-1])
-                compressor = self._row_pull_compressor()
-                payload = tuple(self._count_pull_compression(compressor.compress(flat)))
-                decoded = compressor.decompress(payload, tf.size(flat, out_type=tf.int64))
-                assign = tf.compat.v1.scatter_add(entry.shadow, rows, tf.reshape(decoded, shape))
-                record = (encode_rows(rows, master.shape[0]),) + tuple(payload)
-                entry.payload_dtypes = [t.dtype for t in record]
-                serialized = tf.stack([tf.io.serialize_tensor(t) for t in record])
-            return self._log_record(entry, step, serialized, len(record), assign)
+def _compress_with_row_error(entry, compressor, rows, flat):
+    """Compresses the rows plus their error; keeps what was not sent as
+    those rows' new error (the other rows' error is left as it is)."""
+    shape = [entry.master.shape[0], row_shape(entry.master).num_elements()]
+    error = tf.compat.v1.Variable(tf.zeros(shape), trainable=False, use_resource=True,
+                                  name=entry.name + "/tlc_push_row_error",
+                                  collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+    corrected = flat + tf.reshape(tf.gather(error, rows), [-1])
+    payload = tuple(compressor.compress(corrected))
+    sent = compressor.decompress(payload, tf.size(corrected, out_type=tf.int64))
+    update = tf.compat.v1.scatter_update(error, rows,
+                                         tf.reshape(corrected - sent, [-1, shape[1]]))
+    with tf.control_dependencies([update]):
+        return tuple(tf.identity(t) for t in payload)
 
-    def _replay_rows(self, records, steps):
-        """local[rows] += decoded rows for each logged step, in order, on the worker."""
-        if not records:
-            return []
 
-        def body(i):
-            applied = []
-            for entry, logged in records:
-                record = [tf.io.parse_tensor(logged[i, j], dtype)
-                          for j, dtype in enumerate(entry.payload_dtypes)]
-                rows = decode_rows(record[0], entry.master.shape[0], entry.master.op.name)
-                count = tf.size(rows, out_type=tf.int64) * row_shape(entry.master).num_elements()
-                decoded = self._row_pull_compressor().decompress(record[1:], count)
-                applied.append(tf.compat.v1.scatter_add(
-                    entry.local, rows,
-                    tf.reshape(decoded, [-1] + row_shape(entry.master).as_list())))
-            with tf.control_dependencies(applied):
-                return i + 1
+def decode_rows(entry, payload, compressor):
+    """(row index per gradient row, values) from a push payload, checked."""
+    master, what = entry.master, entry.name
+    code, order, row_payload = payload[0], payload[1], payload[2:]
+    rows = decode_row_code(code, master.shape[0], what)
+    order = tf.cast(order, tf.int32)
+    ok = tf.debugging.assert_less(order, tf.cast(tf.size(rows), tf.int32),
+                                  message=f"tlc: row order out of range for {what}")
+    with tf.control_dependencies([ok]):
+        indices = tf.cond(tf.size(order) > 0, lambda: tf.gather(rows, order),
+                          lambda: tf.identity(rows))
+    count = tf.size(indices, out_type=tf.int64) * row_shape(master).num_elements()
+    flat = compressor.decompress(row_payload, count)
+    ok = tf.debugging.assert_equal(tf.size(flat, out_type=tf.int64), count,
+                                   message=f"tlc: row values do not match the rows for {what}")
+    with tf.control_dependencies([ok]):
+        values = tf.reshape(flat, tf.concat([[-1], row_shape(master).as_list()], 0))
+    return indices, values
 
-        return [tf.while_loop(lambda i: i < steps, body, (tf.constant(0, tf.int64),))[0]]
+
+# ----------------------------------------------------------------- pull --
+def pull_rows_record(config, entry, count_compression):
+    """PS, after the update: (record parts, shadow update) for the rows this
+    step changed: their index code and compressed (master - shadow)."""
+    master = entry.master
+    rows = sorted_unique(tf.cast(entry.aggregated.indices, tf.int64))
+    delta = tf.gather(master, rows) - tf.gather(entry.shadow, rows)
+    flat = tf.reshape(delta, [-1])
+    compressor = row_pull_compressor(config)
+    payload = tuple(count_compression(compressor.compress(flat)))
+    decoded = compressor.decompress(payload, tf.size(flat, out_type=tf.int64))
+    assign = tf.compat.v1.scatter_add(entry.shadow, rows,
+                                      tf.reshape(decoded, [-1] + row_shape(master).as_list()))
+    return (encode_row_code(rows, master.shape[0]),) + payload, assign
+
+
+def apply_rows_record(config, entry, record):
+    """local[rows] += decoded rows of one logged step, on the worker."""
+    rows = decode_row_code(record[0], entry.master.shape[0], entry.name)
+    count = tf.size(rows, out_type=tf.int64) * row_shape(entry.master).num_elements()
+    decoded = row_pull_compressor(config).decompress(record[1:], count)
+    return tf.compat.v1.scatter_add(entry.local, rows,
+                                    tf.reshape(decoded, [-1] + row_shape(entry.master).as_list()))

@@ -4,15 +4,12 @@ import tensorflow as tf
 
 from tlc import replica
 from tlc.compressors import Compressor, Float32, ThreeLC, create
-from tlc.optimizer import timing
-from tlc.optimizer.aggregation import Aggregation
+from tlc.optimizer import layout, timing, worker_step
 from tlc.optimizer.full_sync import FullSync
 from tlc.optimizer.hook import SyncReplicasHook
-from tlc.optimizer.pull_log import PullLog
-from tlc.optimizer.push import Push
 from tlc.optimizer.recovery import Recovery
-from tlc.optimizer.replay import Replay
-from tlc.optimizer.sparse import SparseRows
+from tlc.optimizer.startup import SessionOps
+from tlc.optimizer.state import Config, Shared
 
 DEFAULT_COMPRESS_THRESHOLD = 1024  # elements; batch-norm-sized tensors stay float32
 DEFAULT_PULL_LOG_SIZE = 4          # model deltas a PS keeps for workers catching up
@@ -28,8 +25,7 @@ def _as_compressor(value, what):
     return value
 
 
-class SyncReplicasOptimizer(Push, SparseRows, Aggregation, PullLog, Replay, FullSync, Recovery,
-                            tf.compat.v1.train.Optimizer):
+class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
     """tf.compat.v1.train.SyncReplicasOptimizer with gradient and model compression."""
 
     def __init__(self,
@@ -54,32 +50,24 @@ class SyncReplicasOptimizer(Push, SparseRows, Aggregation, PullLog, Replay, Full
         if pull_log_size < 1:
             raise ValueError(f"pull_log_size must be >= 1, got {pull_log_size}")
         super().__init__(use_locking, name)
+        compressor = _as_compressor(compressor, "compressor") or ThreeLC(1.0)
+        pull_compressor = _as_compressor(pull_compressor, "pull_compressor") or (
+            compressor if compressor.supports_pull else Float32())
         self._opt = opt
-        self._replicas_to_aggregate = replicas_to_aggregate
-        self._total_num_replicas = total_num_replicas
-        self._tokens_per_step = max(total_num_replicas, replicas_to_aggregate)
+        self._config = Config(opt, replicas_to_aggregate, total_num_replicas, compressor,
+                              pull_compressor, int(compress_threshold), int(pull_log_size))
         self._variable_averages = variable_averages
         self._variables_to_average = variables_to_average
-        self._compressor = _as_compressor(compressor, "compressor") or ThreeLC(1.0)
-        self._pull_compressor = _as_compressor(pull_compressor, "pull_compressor") or (
-            self._compressor if self._compressor.supports_pull else Float32())
-        self._compress_threshold = int(compress_threshold)
-        self._pull_log_size = int(pull_log_size)
-        self._gradients_applied = False
-        self._global_step = None
-        self._sync_token_queue = None
-        self._chief_queue_runner = None
-        self._entries = []
-        self.full_syncs = 0  # full-precision model copies this worker made
+        self._built = None  # what apply_gradients built (worker_step.Step)
 
     # ----------------------------------------------------------------- API --
     @property
     def compressor(self):
-        return self._compressor
+        return self._config.compressor
 
     @property
     def pull_compressor(self):
-        return self._pull_compressor
+        return self._config.pull_compressor
 
     def compute_gradients(self, *args, **kwargs):
         return self._opt.compute_gradients(*args, **kwargs)
@@ -90,30 +78,28 @@ class SyncReplicasOptimizer(Push, SparseRows, Aggregation, PullLog, Replay, Full
             raise ValueError("Must supply at least one variable")
         if global_step is None:
             raise ValueError("Global step is required to check staleness")
-        self._global_step = global_step
         anchor = tf.no_op(name="tlc_worker_anchor")
-        self._worker_host = replica.host_device(anchor.device)
+        worker_host = replica.host_device(anchor.device)
         with tf.compat.v1.colocate_with(anchor):
             # Made as TF makes it (VariableV1, the scope's default kind), so
             # fetching "sync_rep_local_step:0" gives what it gives with TF's.
-            self._local_step = tf.compat.v1.Variable(
+            local_step = tf.compat.v1.Variable(
                 initial_value=0, trainable=False, dtype=global_step.dtype.base_dtype,
                 collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name="sync_rep_local_step")
+        entries, grads = layout.entries(self._config, grads_and_vars)
+        float32_bytes = 4 * sum(e.num_elements for e in entries if e.name in grads)
         with tf.name_scope(name or self._name):
-            push_ops, aggregated, push_bytes = self._build_push(grads_and_vars)
-            self._build_chief_update(aggregated)
-            train_op = self._build_worker_step(push_ops, push_bytes)
-        self._build_full_sync()
-        self._build_consistency_check()
-        self._build_init_ops()
-        self._build_recovery()
-        self._gradients_applied = True
-        return train_op
+            shared = Shared(self._config, global_step, local_step, worker_host, float32_bytes)
+            channels = layout.channels(entries, global_step)
+            step = worker_step.build(shared, channels, grads, self._variable_averages,
+                                     self._variables_to_average)
+        self._built = _Built(shared, entries, channels, step)
+        return step.train_op
 
     def get_chief_queue_runner(self):
-        if not self._gradients_applied:
+        if self._built is None:
             raise ValueError("Should be called after apply_gradients().")  # TF's words
-        return self._chief_queue_runner
+        return self._built.session_ops.chief_queue_runner
 
     def get_slot(self, var, name):
         """The inner optimizer's slot; for a local copy, its master's."""
@@ -127,75 +113,117 @@ class SyncReplicasOptimizer(Push, SparseRows, Aggregation, PullLog, Replay, Full
         return self._opt.variables()
 
     def get_init_tokens_op(self, num_tokens=-1):
-        self._require_applied("get_init_tokens_op")  # TF's words
-        tokens_needed = self._replicas_to_aggregate - self._total_num_replicas
+        built = self._require_applied("get_init_tokens_op")  # TF's words
+        tokens_needed = self._config.replicas_to_aggregate - self._config.total_num_replicas
         if num_tokens == -1:
-            num_tokens = self._replicas_to_aggregate
+            num_tokens = self._config.replicas_to_aggregate
         elif num_tokens < tokens_needed:
             raise ValueError(f"Too few tokens to finish the first step: {num_tokens} (given) "
                              f"vs {tokens_needed} (needed)")
-        if num_tokens <= 0:
-            return tf.no_op(name="no_init_tokens")
-        with tf.device(self._global_step.device), tf.name_scope(""):
-            return self._sync_token_queue.enqueue_many(
-                (tf.fill([num_tokens], self._global_step.read_value()),))
+        return built.session_ops.init_tokens(num_tokens)
 
     def make_session_run_hook(self, is_chief, num_tokens=-1):
-        return SyncReplicasHook(self, is_chief, num_tokens)
+        # The pieces are looked up when the session begins: TF's hook may be
+        # made before minimize().
+        return SyncReplicasHook(lambda: self._built, is_chief, num_tokens,
+                                lambda: self.get_init_tokens_op(num_tokens))
+
+    # What TF's recipes run (Supervisor, a plain Session), as TF names them.
+    @property
+    def chief_init_op(self):
+        return self._require_applied("chief_init_op").session_ops.chief_init_op
+
+    @property
+    def local_step_init_op(self):
+        return self._require_applied("local_step_init_op").session_ops.local_step_init_op
+
+    @property
+    def ready_for_local_init_op(self):
+        return self._require_applied("ready_for_local_init_op").session_ops.ready_for_local_init_op
 
     # What tests and the training loop read.
     @property
     def traffic(self):
         """Worker-side counters: bytes pushed / pulled by this worker, steps, float32 equivalent."""
-        return {"bytes_pushed": self._bytes_pushed, "bytes_pulled": self._bytes_pulled,
-                "worker_steps": self._worker_steps,
-                "float32_bytes_per_step": self._float32_bytes_per_step}
+        worker = self._require_applied("traffic").shared.worker
+        return {"bytes_pushed": worker.bytes_pushed, "bytes_pulled": worker.bytes_pulled,
+                "worker_steps": worker.worker_steps,
+                "float32_bytes_per_step": worker.float32_bytes_per_step}
 
     @property
     def step_traffic(self):
         """Fetch with the train op: bytes this worker pushes and pulls in that step."""
-        return self._step_traffic
+        return self._require_applied("step_traffic").step.traffic
 
     @property
     def local_version(self):
         """Reads the model version (global step) this worker's copy is at."""
-        return self._local_version_read
+        return self._require_applied("local_version").step.local_version
 
     @property
     def version_after_step(self):
         """Fetch with the train op: the worker's model version after the step."""
-        return self._version_after_step
+        return self._require_applied("version_after_step").step.version_after_step
 
     @property
     def pull_compressions(self):
         """PS counter: pull compressions run so far (one per compressed variable per step)."""
-        return self._pull_compressions
+        return self._require_applied("pull_compressions").shared.server.pull_compressions
+
+    @property
+    def full_syncs(self):
+        """Full-precision model copies this worker made."""
+        return self._built.full_sync.count if self._built else 0
+
+    def full_sync(self, session, timeout=60.0):
+        """Copies the server's shadow into this worker's local model."""
+        return self._require_applied("full_sync").full_sync.run(session, timeout)
+
+    def local_copy_check(self, session):
+        """Whether this worker's compressed local copies equal the server's shadow bit for bit."""
+        return self._require_applied("local_copy_check").full_sync.check(session)
+
+    def init_persistent(self, session):
+        self._require_applied("init_persistent").recovery.init_persistent(session)
 
     def time_breakdown(self, session):
         """{"worker": mean seconds per worker step of each timing.WORKER_PHASES,
         "update": mean seconds per chief update of each timing.UPDATE_PHASES}
         (a phase's share of the step, from timestamps; see tlc/optimizer/timing.py)."""
+        shared = self._require_applied("time_breakdown").shared
         worker, steps, update, updates = session.run(
-            [self._step_seconds, self._worker_steps, self._update_seconds, self._global_step])
+            [shared.worker.step_seconds, shared.worker.worker_steps,
+             shared.server.update_seconds, shared.global_step])
         return {"worker": timing.mean_seconds(timing.WORKER_PHASES, worker, steps),
                 "update": timing.mean_seconds(timing.UPDATE_PHASES, update, updates)}
 
     @property
     def compressed_variables(self):
-        return [(e.local, e.master, e.shadow) for e in self._entries if e.compressed]
+        return [(e.local, e.master, e.shadow)
+                for e in self._require_applied("compressed_variables").entries if e.compressed]
 
-    # ------------------------------------------------------------ building --
+    @property
+    def channels(self):
+        """One per parameter server: (PS device, names of the variables it holds)."""
+        return [(c.device, [e.name for e in c.entries])
+                for c in self._require_applied("channels").channels]
+
     def _require_applied(self, what):
-        if not self._gradients_applied:
+        if self._built is None:
             raise ValueError(f"{what}() should be called after apply_gradients().")
+        return self._built
 
-    @staticmethod
-    def _local_variable(value, dtype, name, shape=None):
-        init = tf.zeros(shape, dtype) if shape is not None else tf.constant(value, dtype)
-        return tf.compat.v1.Variable(init, trainable=False, name=name, use_resource=True,
-                                     collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
 
-    @staticmethod
-    def _global_variable(initial_value, name):
-        return tf.compat.v1.Variable(initial_value, trainable=False, name=name, use_resource=True,
-                                     collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
+class _Built:
+    """What apply_gradients built: the shared state, the channels, the step,
+    and the session-side pieces made from them."""
+
+    def __init__(self, shared, entries, channels, step):
+        self.shared = shared
+        self.entries = entries
+        self.channels = channels
+        self.step = step
+        self.full_sync = FullSync(shared, entries)
+        self.recovery = Recovery(shared, entries)
+        self.session_ops = SessionOps(shared, entries, step.chief_queue_runner,
+                                      step.needs_full_sync, step.version_after_step, step.train_op)

@@ -1,0 +1,117 @@
+"""The state the optimizer's pieces share, as one explicit object.
+
+`Shared` is made once per apply_gradients and handed to every piece (push,
+aggregation, pull log, replay, full sync, recovery, the session hook); a
+piece reads what it needs from it and from its own channel, never from
+another piece. Variables live in three places:
+  - server: on the global step's parameter server (tokens, step counters);
+  - worker: on this worker's host (model version, traffic counters);
+  - per channel: on each parameter server (accumulators, shadows, pull log).
+"""
+import tensorflow as tf
+
+from tlc.optimizer import timing
+
+PERSISTENT = "tlc_persistent_local_variables"  # worker counters: initialised once per process
+SERVER_STATE = "tlc_server_state"  # PS-side tlc state: not saved, initialised by the chief
+
+
+class Config:
+    """What the user chose (read-only)."""
+
+    def __init__(self, opt, replicas_to_aggregate, total_num_replicas, compressor,
+                 pull_compressor, compress_threshold, pull_log_size):
+        self.opt = opt
+        self.replicas_to_aggregate = replicas_to_aggregate
+        self.total_num_replicas = total_num_replicas
+        self.tokens_per_step = max(total_num_replicas, replicas_to_aggregate)
+        self.compressor = compressor
+        self.pull_compressor = pull_compressor
+        self.compress_threshold = compress_threshold
+        self.pull_log_size = pull_log_size
+
+
+def local_variable(value, dtype, name, shape=None, collections=None):
+    """A resource variable on the current device, outside the saved model."""
+    init = tf.zeros(shape, dtype) if shape is not None else tf.constant(value, dtype)
+    return tf.compat.v1.Variable(
+        init, trainable=False, name=name, use_resource=True,
+        collections=collections or [tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+
+
+def server_variable(initial_value, name):
+    """PS-side tlc state: kept out of checkpoints (a stock TF checkpoint then
+    restores into tlc and back) and initialised by the chief (ensure_initialized)."""
+    return tf.compat.v1.Variable(initial_value, trainable=False, name=name, use_resource=True,
+                                 collections=[SERVER_STATE])
+
+
+def ensure_initialized(variable):
+    """Initialises `variable` unless it already holds a value (a PS that kept
+    its state keeps it). Runs on the variable's device."""
+    with tf.device(variable.device):
+        return tf.cond(tf.compat.v1.is_variable_initialized(variable), tf.no_op,
+                       lambda: tf.group(variable.initializer))
+
+
+class ServerState:
+    """Counters on the global step's PS."""
+
+    def __init__(self, global_step):
+        dtype = global_step.dtype.base_dtype
+        with tf.device(global_step.device), tf.name_scope(""):
+            # Steps whose pull deltas have started (== global_step when idle):
+            # lets a full-precision resync detect a concurrent update.
+            self.pull_begin = server_variable(tf.zeros([], dtype), "tlc_pull_begin")
+            self.pull_compressions = server_variable(tf.zeros([], tf.int64),
+                                                     "tlc_pull_compressions")
+            # False until the chief has copied masters into shadows.
+            self.shadow_ready = server_variable(False, "tlc_shadow_ready")
+            self.update_seconds = server_variable(
+                tf.zeros([len(timing.UPDATE_PHASES)], tf.float64), "tlc_update_seconds")
+            # Accumulators the running update has taken gradients from: > 0 only
+            # while an update is inside; a chief that finds it > 0 at start died
+            # in its update, and the workers it would have released wait.
+            self.takes_in_update = server_variable(tf.zeros([], tf.int64), "tlc_takes_in_update")
+            self.token_queue = tf.queue.FIFOQueue(
+                -1, dtype, shapes=(), name="sync_token_q", shared_name="sync_token_q")
+
+    @property
+    def variables(self):
+        return [self.pull_begin, self.pull_compressions, self.shadow_ready,
+                self.update_seconds, self.takes_in_update]
+
+
+class WorkerState:
+    """Variables on this worker's host."""
+
+    def __init__(self, host, float32_bytes_per_step):
+        with tf.device(host):
+            self.local_version = local_variable(0, tf.int64, "tlc_local_version")
+            # The chief's copy of worker-kept statistics is the one saved: set
+            # by chief_init_op, which only the chief runs.
+            self.is_chief = local_variable(False, tf.bool, "tlc_is_chief")
+            self.bytes_pushed = persistent_variable(0, tf.int64, "tlc_bytes_pushed")
+            self.bytes_pulled = persistent_variable(0, tf.int64, "tlc_bytes_pulled")
+            self.worker_steps = persistent_variable(0, tf.int64, "tlc_worker_steps")
+            self.step_seconds = persistent_variable(
+                [0.0] * len(timing.WORKER_PHASES), tf.float64, "tlc_step_seconds")
+            self.float32_bytes_per_step = tf.constant(float32_bytes_per_step, tf.int64)
+
+
+def persistent_variable(value, dtype, name):
+    """A worker-local variable that survives session re-creation."""
+    return tf.compat.v1.Variable(tf.constant(value, dtype), trainable=False, name=name,
+                                 use_resource=True, collections=[PERSISTENT])
+
+
+class Shared:
+    """Everything the pieces share: config, global step, local step, hosts, state."""
+
+    def __init__(self, config, global_step, local_step, worker_host, float32_bytes_per_step):
+        self.config = config
+        self.global_step = global_step
+        self.local_step = local_step
+        self.worker_host = worker_host
+        self.server = ServerState(global_step)
+        self.worker = WorkerState(worker_host, float32_bytes_per_step)

@@ -1,0 +1,78 @@
+"""A worker's step across its channels: push (one message per PS), the
+token, the replies (one message per PS), the replay, the bookkeeping; and the
+chief's update that releases the tokens."""
+import tensorflow as tf
+
+from tlc.optimizer import aggregation, replay, timing
+
+
+class Step:
+    """The tensors of a built step that the optimizer's API hands out."""
+
+    def __init__(self, **tensors):
+        self.__dict__.update(tensors)
+
+
+def build(shared, channels, grads, variable_averages, variables_to_average):
+    gs, worker, host = shared.global_step, shared.worker, shared.worker_host
+    started = timing.stamp(host)
+    local_version = worker.local_version.read_value()
+    push_ops, aggregated, pushed, compress_seconds, ps_timing = [], [], [], [], []
+    for channel in channels:
+        ops, averages, nbytes, seconds = channel.build_push(shared, grads)
+        push_ops += ops
+        aggregated += averages
+        pushed.append(nbytes)
+        compress_seconds += seconds
+        with tf.device(channel.device):
+            arrived = timing.stamp(channel.device, [channel.push_head])
+            ps_timing.append(timing.stamp(channel.device, ops) - arrived)
+    runner = aggregation.build_update(shared, channels, aggregated, variable_averages,
+                                      variables_to_average)
+    with tf.device(gs.device), tf.name_scope(""):
+        with tf.control_dependencies(push_ops):
+            token = shared.server.token_queue.dequeue()
+        with tf.control_dependencies([token]):
+            server_version = tf.cast(gs.read_value(), tf.int64)
+    replies = [replay.build_reply(shared, c, c.push_head[1], server_version,
+                                  token if i == 0 else server_version, seconds)
+               for i, (c, seconds) in enumerate(zip(channels, ps_timing))]
+    with tf.device(host):
+        read = [replay.read_reply(r) for r in replies]
+        heads = [h for h, _, _ in read]
+        token, version = heads[0]["token"], heads[0]["server_version"]
+        found = tf.reduce_all(tf.stack([tf.cast(h["found"], tf.bool) for h in heads]))
+        steps = tf.where(found, heads[0]["count"], tf.zeros([], tf.int64))
+        replayed, pulled = [], tf.constant(0, tf.int64)
+        for channel, (_, _, rows) in zip(channels, read):
+            replayed += replay.replay(shared, channel, rows, steps)
+            pulled += tf.reduce_sum(tf.cast(tf.strings.length(rows), tf.int64))
+        push_bytes = tf.add_n(pushed)
+        worker_stamps = [started, timing.stamp(host, [_values(g) for g in grads.values()]),
+                         timing.stamp(host, [token]), timing.stamp(host, replayed)]
+        compress = tf.add_n([tf.constant(0.0, tf.float64)] + compress_seconds)
+        ps_seconds = tf.add_n([s for _, s, _ in read])
+        phases = tf.stack(timing.spans(worker_stamps) + [compress, ps_seconds])
+        with tf.control_dependencies(replayed):
+            new_version = tf.where(found, version, local_version)
+            bookkeeping = [
+                worker.local_version.assign(new_version, read_value=False),
+                worker.bytes_pushed.assign_add(push_bytes, read_value=False),
+                worker.bytes_pulled.assign_add(pulled, read_value=False),
+                worker.worker_steps.assign_add(1, read_value=False),
+                worker.step_seconds.assign_add(phases, read_value=False),
+            ]
+        with tf.control_dependencies(bookkeeping):
+            needs_full_sync = tf.logical_not(found, name="tlc_needs_full_sync")
+            version_after_step = tf.identity(new_version, name="tlc_version_after_step")
+    # TF's train op, last: local step = token.
+    with tf.device(gs.device), tf.name_scope(""):
+        with tf.control_dependencies([needs_full_sync, version_after_step]):
+            train_op = shared.local_step.assign(tf.cast(token, gs.dtype.base_dtype))
+    return Step(train_op=train_op, chief_queue_runner=runner, needs_full_sync=needs_full_sync,
+                version_after_step=version_after_step, local_version=local_version,
+                traffic={"pushed": push_bytes, "pulled": pulled})
+
+
+def _values(grad):
+    return grad.values if isinstance(grad, tf.IndexedSlices) else grad
