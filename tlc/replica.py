@@ -62,29 +62,56 @@ def _keep_only_in(variable, collections):
             members.append(variable)
 
 
+def _is_worker_statistic(kwargs):
+    """A float variable each replica keeps for itself (synchronized ON_READ,
+    as tf_keras makes batch-norm moving statistics)."""
+    dtype = kwargs.get("dtype")
+    floating = dtype is None or tf.as_dtype(dtype).is_floating
+    return kwargs.get("synchronization") == tf.VariableSynchronization.ON_READ and floating
+
+
+def _value_once_initialized(variable):
+    """The variable's value if it has one, else its initial value."""
+    return tf.cond(tf.compat.v1.is_variable_initialized(variable), variable.read_value,
+                   lambda: tf.convert_to_tensor(variable.initial_value))
+
+
 @contextlib.contextmanager
 def local_copies(worker_device):
-    """Creates trainable variables as PS masters with worker-local copies."""
+    """Creates trainable variables as PS masters with worker-local copies.
+
+    Variables synchronized ON_READ (batch-norm moving statistics) are kept by
+    each worker for itself, as in the 3LC paper: no per-step traffic; the
+    chief's copy goes to the master with its push (the one saved and
+    evaluated), and every worker starts from the master's value."""
 
     def creator(next_creator, **kwargs):
-        if not _trainable(kwargs):
+        statistic = _is_worker_statistic(kwargs)
+        if not (_trainable(kwargs) or statistic):
             return next_creator(**kwargs)
         kwargs["trainable"] = False
+        if statistic:  # the master is a plain variable (saved, evaluated)
+            kwargs["synchronization"] = tf.VariableSynchronization.AUTO
+            kwargs["aggregation"] = tf.VariableAggregation.NONE
         kwargs["collections"] = [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, MASTERS]
         master = next_creator(**kwargs)
         _keep_only_in(master, kwargs["collections"])
         with tf.device(worker_device):
             # next_creator, not tf.Variable: this scope must not see it again.
+            # The master's value once it has one (what TF's recipes that run
+            # only init ops then read); the optimizer's session start copies
+            # it exactly in any case.
             local = next_creator(
-                initial_value=tf.zeros(master.shape, master.dtype.base_dtype),
-                trainable=True,
+                initial_value=_value_once_initialized(master),
+                trainable=not statistic,
                 collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
                 name=master.op.name + "/local",
                 dtype=master.dtype.base_dtype,
                 use_resource=True)
-        _keep_only_in(local, [tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
-                              tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES])
+        _keep_only_in(local, [tf.compat.v1.GraphKeys.LOCAL_VARIABLES] + (
+            [] if statistic else [tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES]))
         local._tlc_master = master  # pylint: disable=protected-access
+        local._tlc_statistic = statistic  # pylint: disable=protected-access
         _LOCAL_COPIES.setdefault(local.graph, []).append(local)
         return local
 

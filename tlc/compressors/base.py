@@ -91,7 +91,7 @@ class Compressor(abc.ABC):
 
 def local_variable(shape, dtype, name, initial_value=0):
     """A worker-local, non-trainable variable (never saved, never on a PS)."""
-    return tf.compat.v1.Variable(tf.fill(shape, tf.cast(initial_value, dtype)), trainable=False,
+    return tf.compat.v1.Variable(lambda: tf.fill(shape, tf.cast(initial_value, dtype)), trainable=False,
                                  name=name, use_resource=True,
                                  collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
 

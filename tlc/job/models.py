@@ -69,10 +69,14 @@ def batch_norm(x, training, name, decay=BN_DECAY):
         channels = x.shape[-1]
         gamma = v1.get_variable("gamma", [channels], initializer=v1.ones_initializer())
         beta = v1.get_variable("beta", [channels], initializer=v1.zeros_initializer())
-        moving_mean = v1.get_variable("moving_mean", [channels], trainable=False,
-                                      initializer=v1.zeros_initializer())
-        moving_variance = v1.get_variable("moving_variance", [channels], trainable=False,
-                                          initializer=v1.ones_initializer())
+        # ON_READ, as tf_keras makes them: each replica keeps its own (under
+        # tlc.replica.local_copies, a worker-local copy; no per-step traffic).
+        stat = dict(trainable=False, synchronization=v1.VariableSynchronization.ON_READ,
+                    aggregation=v1.VariableAggregation.MEAN)
+        moving_mean = v1.get_variable("moving_mean", [channels],
+                                      initializer=v1.zeros_initializer(), **stat)
+        moving_variance = v1.get_variable("moving_variance", [channels],
+                                          initializer=v1.ones_initializer(), **stat)
         if not training:
             y, _, _ = v1.nn.fused_batch_norm(x, gamma, beta, moving_mean, moving_variance,
                                              epsilon=BN_EPSILON, is_training=False)

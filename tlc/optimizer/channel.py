@@ -32,13 +32,11 @@ class Channel:
         with tf.device(self.device):
             for entry in self.pulled:
                 if entry.compressed:
-                    entry.shadow = state.server_variable(tf.zeros(entry.master.shape, entry.dtype),
+                    entry.shadow = state.server_variable(entry.master.shape, entry.dtype,
                                                          entry.name + "/tlc_shadow")
             if self.pulled:
-                # Shared by name across every worker's graph.
-                name = "tlc_pull_log_" + self.device.strip("/").replace("/", "_").replace(":", "_")
-                self.log = tf.lookup.experimental.MutableHashTable(
-                    tf.int64, tf.string, default_value="", name=name, checkpoint=False)
+                self.log = _shared_table(
+                    "tlc_pull_log_" + self.device.strip("/").replace("/", "_").replace(":", "_"))
 
     # -------------------------------------------------------------- push --
     def build_push(self, shared, grads):
@@ -61,10 +59,14 @@ class Channel:
             stats = [self._statistic_part(worker, e) for e in self.statistics]
             templates = [head] + parts + stats
             message = wire.pack(templates)
-        with tf.device(self.device):
+        # The PS side follows from the message alone: no control edges from
+        # the worker's graph (e.g. UPDATE_OPS around minimize()) cross.
+        with tf.device(self.device), tf.control_dependencies(None):
             received = wire.unpack(message, templates, f"push message to {self.device}")
             head, at = received[0], 1
             local_step = tf.cast(head[0], shared.global_step.dtype.base_dtype)
+            # The pushing worker's model version, as the PS reads it (for its reply).
+            self.worker_version = head[1]
             push_ops, aggregated = [], []
             for entry, n in zip(pushed, sizes):
                 op, average = push.decode(shared, entry, received[at:at + n], local_step)
@@ -87,3 +89,17 @@ class Channel:
         return tf.cond(tf.size(value) > 0,
                        lambda: tf.group(entry.master.assign(tf.reshape(value, entry.master.shape))),
                        tf.no_op)
+
+
+def _shared_table(name):
+    """A step -> message table shared by node name across every worker's
+    graph and session, and not saved: TF shares a MutableHashTable by name
+    only when it is checkpointed, so it is made so and then taken out of the
+    saved objects (a stale log is no use after a restore: workers copy the
+    model once instead)."""
+    saveables = tf.compat.v1.get_collection_ref(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS)
+    before = list(saveables)
+    table = tf.lookup.experimental.MutableHashTable(tf.int64, tf.string, default_value="",
+                                                    name=name, checkpoint=True)
+    saveables[:] = before
+    return table

@@ -12,7 +12,7 @@ HEAD = ("token", "server_version", "count", "found")
 def build_reply(shared, channel, local_version, server_version, token, ps_seconds):
     """On the channel's PS: the reply to a worker at `local_version`."""
     size = shared.config.pull_log_size
-    with tf.device(channel.device):
+    with tf.device(channel.device), tf.control_dependencies(None):
         behind = server_version - local_version
         count = tf.clip_by_value(behind, 0, size)
         found = tf.logical_and(behind >= 0, behind <= size)

@@ -109,7 +109,7 @@ def _compress_with_row_error(entry, compressor, rows, flat):
     """Compresses the rows plus their error; keeps what was not sent as
     those rows' new error (the other rows' error is left as it is)."""
     shape = [entry.master.shape[0], row_shape(entry.master).num_elements()]
-    error = tf.compat.v1.Variable(tf.zeros(shape), trainable=False, use_resource=True,
+    error = tf.compat.v1.Variable(lambda: tf.zeros(shape), trainable=False, use_resource=True,
                                   name=entry.name + "/tlc_push_row_error",
                                   collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
     corrected = flat + tf.reshape(tf.gather(error, rows), [-1])

@@ -33,17 +33,19 @@ class Config:
 
 def local_variable(value, dtype, name, shape=None, collections=None):
     """A resource variable on the current device, outside the saved model."""
-    init = tf.zeros(shape, dtype) if shape is not None else tf.constant(value, dtype)
+    # Callables: made outside any control dependencies around minimize().
+    init = (lambda: tf.zeros(shape, dtype)) if shape is not None else \
+        (lambda: tf.constant(value, dtype))
     return tf.compat.v1.Variable(
         init, trainable=False, name=name, use_resource=True,
         collections=collections or [tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
 
 
-def server_variable(initial_value, name):
+def server_variable(shape, dtype, name, value=0):
     """PS-side tlc state: kept out of checkpoints (a stock TF checkpoint then
     restores into tlc and back) and initialised by the chief (ensure_initialized)."""
-    return tf.compat.v1.Variable(initial_value, trainable=False, name=name, use_resource=True,
-                                 collections=[SERVER_STATE])
+    return tf.compat.v1.Variable(lambda: tf.fill(shape, tf.cast(value, dtype)), trainable=False, name=name,
+                                 use_resource=True, collections=[SERVER_STATE])
 
 
 def ensure_initialized(variable):
@@ -62,17 +64,16 @@ class ServerState:
         with tf.device(global_step.device), tf.name_scope(""):
             # Steps whose pull deltas have started (== global_step when idle):
             # lets a full-precision resync detect a concurrent update.
-            self.pull_begin = server_variable(tf.zeros([], dtype), "tlc_pull_begin")
-            self.pull_compressions = server_variable(tf.zeros([], tf.int64),
-                                                     "tlc_pull_compressions")
+            self.pull_begin = server_variable([], dtype, "tlc_pull_begin")
+            self.pull_compressions = server_variable([], tf.int64, "tlc_pull_compressions")
             # False until the chief has copied masters into shadows.
-            self.shadow_ready = server_variable(False, "tlc_shadow_ready")
+            self.shadow_ready = server_variable([], tf.bool, "tlc_shadow_ready", False)
             self.update_seconds = server_variable(
-                tf.zeros([len(timing.UPDATE_PHASES)], tf.float64), "tlc_update_seconds")
+                [len(timing.UPDATE_PHASES)], tf.float64, "tlc_update_seconds")
             # Accumulators the running update has taken gradients from: > 0 only
             # while an update is inside; a chief that finds it > 0 at start died
             # in its update, and the workers it would have released wait.
-            self.takes_in_update = server_variable(tf.zeros([], tf.int64), "tlc_takes_in_update")
+            self.takes_in_update = server_variable([], tf.int64, "tlc_takes_in_update")
             self.token_queue = tf.queue.FIFOQueue(
                 -1, dtype, shapes=(), name="sync_token_q", shared_name="sync_token_q")
 
@@ -101,7 +102,7 @@ class WorkerState:
 
 def persistent_variable(value, dtype, name):
     """A worker-local variable that survives session re-creation."""
-    return tf.compat.v1.Variable(tf.constant(value, dtype), trainable=False, name=name,
+    return tf.compat.v1.Variable(lambda: tf.constant(value, dtype), trainable=False, name=name,
                                  use_resource=True, collections=[PERSISTENT])
 
 

@@ -93,7 +93,10 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
             channels = layout.channels(entries, global_step)
             step = worker_step.build(shared, channels, grads, self._variable_averages,
                                      self._variables_to_average)
-        self._built = _Built(shared, entries, channels, step)
+        # Session-side ops run on their own: not after the step's control
+        # dependencies (e.g. UPDATE_OPS around minimize()).
+        with tf.control_dependencies(None):
+            self._built = _Built(shared, entries, channels, step)
         return step.train_op
 
     def get_chief_queue_runner(self):

@@ -15,8 +15,11 @@ def pack(tensors):
     """One tensor holding `tensors`, on the current device."""
     if _message is not None and all(_flat_bytes_ok(t) for t in tensors):
         return _message.pack(list(tensors))
-    return tf.stack([tf.io.serialize_tensor(t) for t in tensors]) if tensors else \
+    # One serialized string (a stacked vector would be taken apart again by
+    # TF's graph optimizer, and each element would cross on its own).
+    listed = tf.stack([tf.io.serialize_tensor(t) for t in tensors]) if tensors else \
         tf.zeros([0], tf.string)
+    return tf.io.serialize_tensor(listed)
 
 
 def unpack(message, templates, what):
@@ -26,7 +29,8 @@ def unpack(message, templates, what):
         specs = [(t.dtype, t.shape if t.shape.is_fully_defined() else None) for t in templates]
         parts = _message.unpack(message, specs, what)
     else:
-        parts = [tf.io.parse_tensor(message[i], t.dtype) for i, t in enumerate(templates)]
+        listed = tf.io.parse_tensor(message, tf.string)
+        parts = [tf.io.parse_tensor(listed[i], t.dtype) for i, t in enumerate(templates)]
     out = []
     for part, template in zip(parts, templates):
         if template.shape.is_fully_defined():

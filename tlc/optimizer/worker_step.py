@@ -29,12 +29,12 @@ def build(shared, channels, grads, variable_averages, variables_to_average):
             ps_timing.append(timing.stamp(channel.device, ops) - arrived)
     runner = aggregation.build_update(shared, channels, aggregated, variable_averages,
                                       variables_to_average)
-    with tf.device(gs.device), tf.name_scope(""):
+    with tf.device(gs.device), tf.name_scope(""), tf.control_dependencies(None):
         with tf.control_dependencies(push_ops):
             token = shared.server.token_queue.dequeue()
         with tf.control_dependencies([token]):
             server_version = tf.cast(gs.read_value(), tf.int64)
-    replies = [replay.build_reply(shared, c, c.push_head[1], server_version,
+    replies = [replay.build_reply(shared, c, c.worker_version, server_version,
                                   token if i == 0 else server_version, seconds)
                for i, (c, seconds) in enumerate(zip(channels, ps_timing))]
     with tf.device(host):
