@@ -6,7 +6,9 @@ _LAZY = {
     "SyncReplicasOptimizer": ("tlc.optimizer", "SyncReplicasOptimizer"),
     "ThreeLC": ("tlc.compressors.threelc", "ThreeLC"),
     "Float32": ("tlc.compressors.threelc", "Float32"),
+    "balanced_placement": ("tlc.placement", "balanced"),
 }
+_SUBMODULES = ("placement",)  # `import tlc; tlc.placement.balanced(...)`
 
 
 def __getattr__(name):
@@ -14,4 +16,7 @@ def __getattr__(name):
         import importlib  # pylint: disable=import-outside-toplevel
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
+    if name in _SUBMODULES:
+        import importlib  # pylint: disable=import-outside-toplevel
+        return importlib.import_module(f"tlc.{name}")
     raise AttributeError(f"module 'tlc' has no attribute {name!r}")

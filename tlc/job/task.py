@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.util import deprecation  # pylint: disable=no-name-in-module
 
-from tlc import compressors, moments, replica
+from tlc import compressors, moments, placement, replica
 from tlc.job import autotune, data, models, plots, watchdog
 from tlc.job import cluster as cl
 from tlc.job.flagcheck import parse_compressor_args
@@ -145,8 +145,8 @@ def _run_worker(server, cluster, spec, index, config, flags):
     # Per task: stochastic compressors must not draw the same numbers on every
     # worker (the model is initialised once, by the chief).
     tf.compat.v1.set_random_seed(flags.seed * 1000 + index)
-    with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(cluster=cluster,
-                                                                      worker_device=worker)):
+    # Each PS carries a fair share: variables placed by bytes, large ones sliced by rows.
+    with placement.balanced(cluster, worker):
         global_step = tf.compat.v1.train.get_or_create_global_step()
         images = tf.compat.v1.placeholder(tf.float32, (None,) + dataset.train_x.shape[1:], "images")
         labels = tf.compat.v1.placeholder(tf.int64, (None,), "labels")
