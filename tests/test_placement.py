@@ -7,14 +7,16 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tlc import placement, replica
+from tlc import Float32, SyncReplicasOptimizer, placement, replica
 from tlc.job import cluster as cl
 from tlc.job import models, netem
+from tlc.session import training_session
 
 v1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -160,6 +162,96 @@ def test_bad_arguments_name_what_is_wrong():
         with pytest.raises(ValueError, match="min_slice_bytes must be an integer >= 1"):
             with placement.balanced(cluster(2), WORKER, min_slice_bytes=0):
                 pass
+
+
+def _train_embedding(balanced, table, ids, weights, steps, opt_kwargs):
+    """2 PS + 2 workers (in-process servers, gRPC), the workers in lockstep
+    (a barrier between steps; no initial tokens, so step k returns after
+    update k). loss_i = sum(lookup(emb, ids[i]) * weights[i]). Balanced: the
+    table sliced in two row slices with local copies and tlc's optimizer;
+    otherwise whole, round-robin, TF's own SyncReplicasOptimizer. Returns the
+    final table (slices joined) and each worker's local-copy check."""
+    ports = cl.free_ports(4)
+    spec = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{p}" for p in ports[:2]],
+                                 "worker": [f"127.0.0.1:{p}" for p in ports[2:]]})
+    servers = [tf.distribute.Server(spec, job_name=job, task_index=i)
+               for job, i in (("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1))]
+    barrier, results, errors = threading.Barrier(2, timeout=300), [None, None], []
+
+    def initial(shape, dtype=None, partition_info=None):
+        start = 0 if partition_info is None else partition_info.single_offset(shape)
+        return tf.constant(table[start:start + shape[0]], dtype)
+
+    def worker(index):
+        device = f"/job:worker/task:{index}"
+        graph = tf.Graph()
+        with graph.as_default():
+            if balanced:
+                placing = placement.balanced(spec, device, min_slice_bytes=128)
+            else:
+                placing = v1.device(v1.train.replica_device_setter(cluster=spec,
+                                                                   worker_device=device))
+            with placing:
+                gs = v1.train.get_or_create_global_step()
+                copies = replica.local_copies(device) if balanced else contextlib.nullcontext()
+                with copies:
+                    emb = v1.get_variable("emb", table.shape, initializer=initial,
+                                          use_resource=True)
+                loss = tf.reduce_sum(tf.nn.embedding_lookup(emb, ids[index]) * weights[index])
+                inner = v1.train.GradientDescentOptimizer(1.0)
+                if balanced:
+                    opt = SyncReplicasOptimizer(inner, 2, 2, **opt_kwargs)
+                else:
+                    opt = v1.train.SyncReplicasOptimizer(inner, 2, 2)
+                train = opt.minimize(loss, global_step=gs)
+            parts = list(emb) if balanced else [emb]
+            masters = [p if replica.master_of(p) is None else replica.master_of(p) for p in parts]
+            final = tf.concat([m.read_value() for m in masters], 0)
+            hooks = [opt.make_session_run_hook(index == 0, num_tokens=0)]
+            config = v1.ConfigProto(device_filters=["/job:ps", device])
+            with training_session(servers[2 + index].target, index == 0, hooks,
+                                  config=config) as sess:
+                for _ in range(steps):
+                    sess.run(train)
+                    barrier.wait()
+                check = opt.local_copy_check(sess) if balanced else None
+                results[index] = (sess.run(final), check, len(parts))
+
+    def guarded(index):
+        try:
+            worker(index)
+        except Exception as e:  # pylint: disable=broad-except
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=guarded, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    if errors:
+        raise errors[0]
+    assert not any(t.is_alive() for t in threads), "a worker did not finish"
+    return results
+
+
+@pytest.mark.parametrize("threshold", [0, 1024], ids=["compressed", "plain"])
+def test_sliced_embedding_trains_as_the_whole_one_with_tf(threshold):
+    """Row-sparse pushes into two row slices on two PS (through local copies
+    and tlc's optimizer with Float32) give TF's exact values on the whole
+    table: rows touched by one or both workers, ids on both sides of the cut."""
+    table = np.arange(160, dtype=np.float32).reshape(40, 4) / 8
+    ids = (np.array([0, 19, 20, 39, 19]), np.array([20, 5, 21]))
+    rng = np.random.default_rng(3)
+    weights = tuple(rng.standard_normal((len(i), 4)).astype(np.float32) for i in ids)
+    expected = _train_embedding(False, table, ids, weights, 3, {})[0][0]
+    runs = _train_embedding(True, table, ids, weights, 3,
+                            dict(compressor=Float32(), compress_threshold=threshold))
+    assert not np.array_equal(expected, table)
+    for value, check, parts in runs:
+        assert parts == 2
+        assert value.tobytes() == expected.tobytes(), (value, expected)
+        assert check["equal"] is True, check
 
 
 def _servers(num_ps):
