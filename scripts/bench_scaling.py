@@ -184,8 +184,12 @@ def table(rows):
             lines.append(f"| {r['workers']} | {r['ps']} | {r['error']} | | | | |")
             continue
         c = r["checks"]
-        good = c["ok"] and c["global_step"] == r["steps"] and \
-            all(e in (True, None) for e in c["local_copies_equal"])
+        # Exact accounting: every global step took one push per worker and one
+        # pull compression per compressed variable; every local copy equals its shadow.
+        good = (c["ok"] and c["global_step"] == r["steps"]
+                and c["worker_steps"] == r["workers"] * r["steps"]
+                and c["pull_compressions"] == r["steps"] * c["compressed_variables"]
+                and all(e is True for e in c["local_copies_equal"]))
         cpu = " + ".join(f"{1000 * x:.0f}" for x in r["ps_cpu_seconds_per_step"])
         lines.append(
             f"| {r['workers']} | {r['ps']} | {r['wire_bytes_per_worker_step'] / 1000:.0f} KB | "
@@ -215,7 +219,7 @@ def parse_cells(text):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--cells", default="2x1,4x1,2x2,4x2,8x1,8x2,4x4,8x4,16x1,16x2,16x4",
+    parser.add_argument("--cells", default="2x1,4x1,2x2,4x2,8x1,8x2,2x4,4x4,8x4,16x1,16x2,16x4",
                         help="WORKERSxPS cells, in order (small ones first)")
     parser.add_argument("--model", default="small_cnn")
     parser.add_argument("--config", default="3lc_s1.00", help="a configs/*.cfg compressor file")

@@ -79,7 +79,13 @@ def test_figures_come_from_the_window_only():
     assert row["ps_bytes_per_step"] == [200.0, 600.0]
     assert row["ps_share"] == [0.25, 0.75]
     assert row["ps_cpu_seconds_per_step"] == [pytest.approx(0.05), pytest.approx(0.1)]
-    assert "| 2 | 2 | 0 KB | 50 + 100 ms | 75 % |" in bench.table([row])
+    assert "| 2 | 2 | 0 KB | 50 + 100 ms | 75 % | 0.00 / 0.00 | ok |" in bench.table([row])
+    # Inexact accounting is flagged: a push lost, a pull compression missing, a copy astray.
+    for broken in ({"worker_steps": 63}, {"pull_compressions": 95},
+                   {"workers": [{"local_copy_check": {"equal": False},
+                                 "compressed_variables": 3}] * 2}):
+        bad = bench.figures(2, 2, 32, samples, {**summary, **broken}, args)
+        assert bench.table([bad]).endswith("| FAILED |"), broken
     assert "error" in bench.figures(2, 2, 32, samples[:2], summary, args)
 
 
