@@ -1,0 +1,114 @@
+"""Partitions and server restarts with real processes, each task in a network
+namespace of its own (tests/partition_cluster.py): a parameter server or the
+chief cut off for 30 s, one PS of 2 killed and restarted, every PS of 3
+killed and restarted one after another (no checkpoint to fall back on).
+Training must reach its last step with no step lost and every worker's
+compressed local copies equal to the server's shadows.
+
+Root only (namespaces); each run takes a few minutes on 2 busy cores."""
+import re
+import time
+
+import pytest
+
+from partition_cluster import AVAILABLE, ROOT, WHY, NetCluster
+
+STEPS = 150
+FLAGS = [f"--flagfile={ROOT}/configs/fashion_mnist.cfg", f"--flagfile={ROOT}/configs/3lc_s1.00.cfg",
+         "--model=mlp", f"--steps={STEPS}", "--log_every=5", "--eval_every=0",
+         "--eval_batch=2000",
+         # No checkpoint during the run: a restarted PS gets its model back
+         # from the chief's local copy, not from disk.
+         "--checkpoint_secs=100000"]
+CUT_SECONDS = 30
+TIMEOUT = 600  # bounds a failure only
+
+pytestmark = [pytest.mark.root, pytest.mark.slow,
+              pytest.mark.skipif(not AVAILABLE, reason=f"network namespaces: {WHY}")]
+
+
+def check_run(c, timeout=TIMEOUT):
+    """The run ended well: every task exit 0, the last step reached, no step
+    lost, copies equal; returns the summary."""
+    summary, codes = c.finish(timeout)
+    print("events:", c.events)
+    bad = {f"{job}{i}": code for (job, i), code in codes.items() if code != 0}
+    assert not bad, f"tasks failed: {bad}\n{c.all_tails()}"
+    assert summary["ok"], summary
+    assert summary["global_step"] == STEPS
+    for index in range(c.num_workers):
+        text = c.logs("worker", index)
+        assert "steps lost" not in text and "went back" not in text, c.tail("worker", index)
+        assert "training step failed" not in text, c.tail("worker", index)
+    printed = c.chief_steps()
+    assert printed and printed == sorted(printed), printed  # the model never went back
+    chief = next(r for r in summary["workers"] if r["task"] == 0)
+    assert chief["global_step"] == STEPS
+    assert chief["local_copy_check"]["equal"] is True, chief["local_copy_check"]
+    for report in summary["workers"]:
+        assert report["local_copy_check"]["equal"] in (True, None), report
+        assert report["global_step"] >= STEPS - 1
+    # Each step took one push of every worker: pushes lost to the faults are
+    # sent again, and a run cannot finish on fewer.
+    assert summary["worker_steps"] >= c.num_workers * STEPS - 2 * c.num_workers, summary
+    return summary
+
+
+def restored_steps(c):
+    """Steps at which the chief put its local copy back on restarted servers."""
+    return [int(s) for s in re.findall(r"model restored at step (\d+) from the chief's local copy",
+                                       c.logs("worker", 0))]
+
+
+def test_ps0_cut_off_twice(tmp_path):
+    with NetCluster(tmp_path, 1, 2, FLAGS) as c:
+        for at in (30, 75):
+            c.wait_step(at, TIMEOUT)
+            c.cut("ps", 0)
+            _hold(c, CUT_SECONDS)
+            c.heal("ps", 0)
+        check_run(c)
+
+
+def test_chief_cut_off(tmp_path):
+    with NetCluster(tmp_path, 1, 2, FLAGS) as c:
+        c.wait_step(30, TIMEOUT)
+        c.cut("worker", 0)
+        _hold(c, CUT_SECONDS)
+        c.heal("worker", 0)
+        check_run(c)
+
+
+def test_ps1_of_two_killed_and_restarted(tmp_path):
+    with NetCluster(tmp_path, 2, 2, FLAGS) as c:
+        c.wait_step(40, TIMEOUT)
+        c.kill("ps", 1)
+        killed_at = c.chief_step()
+        c.restart("ps", 1)
+        check_run(c)
+    restored = restored_steps(c)
+    assert restored and restored[0] >= killed_at, (restored, killed_at)
+
+
+def test_every_ps_of_three_killed_one_after_another(tmp_path):
+    with NetCluster(tmp_path, 3, 2, FLAGS) as c:
+        kills = []
+        for ps, at in ((0, 30), (1, 70), (2, 110)):
+            c.wait_step(at, TIMEOUT)
+            c.kill("ps", ps)
+            kills.append(c.chief_step())
+            c.restart("ps", ps)
+        check_run(c)
+    restored = restored_steps(c)
+    assert len(restored) == 3, restored
+    assert all(r >= k for r, k in zip(restored, kills)), (restored, kills)
+
+
+def _hold(c, seconds):
+    """Keeps a link down for `seconds` of wall time: the fault itself is a
+    duration, not something to wait on."""
+    end = time.time() + seconds
+    while time.time() < end:
+        dead = c._dead_worker()  # pylint: disable=protected-access
+        assert not dead, f"{dead} exited during the cut:\n{c.tail(*dead)}"
+        time.sleep(0.5)
