@@ -103,7 +103,8 @@ def test_only_large_variables_are_sliced_by_rows_and_keep_their_checkpoint_name(
     for part in parts:
         slot = everything[part.op.name + "/Momentum"]
         assert slot.device == part.device and slot.shape == part.shape
-        assert slot._save_slice_info.full_name == "model/fc1/w/Momentum"  # pylint: disable=protected-access
+        info = slot._save_slice_info  # pylint: disable=protected-access
+        assert info.full_name == "model/fc1/w/Momentum"
 
 
 def test_row_slices_rules():

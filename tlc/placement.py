@@ -8,7 +8,9 @@ nearly everything on one PS: a second PS then adds CPU and no bandwidth.
 job's model and optimizer:
 
 * variables go to the PS holding the fewest bytes so far (greedy, in creation
-  order; queues and other zero-byte PS ops go to the least loaded one);
+  order; queues and other zero-byte PS ops go to the least loaded one), so,
+  as with round-robin, every worker must create the same variables in the
+  same order to agree on where each one lives;
 * a variable made with `tf.compat.v1.get_variable` whose float32 size is at
   least 2 x `min_slice_bytes` is split by rows (axis 0) into up to one slice
   per PS, each slice at least `min_slice_bytes` (embeddings partition by rows,
@@ -26,7 +28,8 @@ Variables made with `tf.Variable` directly are placed by bytes, never split.
 import contextlib
 
 import tensorflow as tf
-from tensorflow.python.ops.variables import PartitionedVariable as _PARTITIONED  # pylint: disable=no-name-in-module
+# pylint: disable-next=no-name-in-module
+from tensorflow.python.ops.variables import PartitionedVariable as _PARTITIONED
 
 from tlc import replica
 
