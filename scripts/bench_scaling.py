@@ -25,6 +25,7 @@ cells already there) and a markdown table to stdout.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -78,21 +79,106 @@ class ChiefSteps:
         return self.step
 
 
-def link_counters(net, order):
-    """{task: {tx_bytes, rx_bytes}} of every task's link, as the host sees it,
-    from one read of the bridge's ends (what host i sends, its peer p<i>
-    receives), so a sample costs one process, not one per task."""
-    out = subprocess.run(["ip", "-j", "-s", "-n", net.bridge_ns, "link", "show"], check=True,
-                         capture_output=True, text=True, timeout=30).stdout
-    stats = {link["ifname"]: link["stats64"] for link in json.loads(out)}
-    return {f"{job}{i}": {"tx_bytes": int(stats[f"p{k}"]["rx"]["bytes"]),
-                          "rx_bytes": int(stats[f"p{k}"]["tx"]["bytes"])}
-            for k, (job, i) in enumerate(order)}
+class Namespaces:
+    """Each task in its own network namespace; bytes from the kernel's
+    counters on each task's link (every packet, headers included)."""
+    name = "netns"
+
+    def __init__(self, num_tasks):
+        self.net = netem.SlowNetwork(num_tasks)
+
+    def __enter__(self):
+        self.net.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.net.__exit__(*exc)
+
+    def cluster(self, ps, workers):
+        self.spec = cl.local_cluster(ps, workers, hosts=[ip for _, ip in self.net.hosts])
+        self.order = cl.tasks(self.spec)
+        return self.spec
+
+    def prefix(self, job, index):
+        return self.net.command_prefix(self.order.index((job, index)))
+
+    def counters(self):
+        """{task: {tx_bytes, rx_bytes}} of every task's link, as the host sees
+        it, from one read of the bridge's ends (what host i sends, its peer
+        p<i> receives), so a sample costs one process, not one per task."""
+        out = subprocess.run(["ip", "-j", "-s", "-n", self.net.bridge_ns, "link", "show"],
+                             check=True, capture_output=True, text=True, timeout=30).stdout
+        stats = {link["ifname"]: link["stats64"] for link in json.loads(out)}
+        return {f"{job}{i}": {"tx_bytes": int(stats[f"p{k}"]["rx"]["bytes"]),
+                              "rx_bytes": int(stats[f"p{k}"]["tx"]["bytes"])}
+                for k, (job, i) in enumerate(self.order)}
 
 
-def sample(net, order, procs):
-    """Kernel counters of every task's link and CPU-seconds of every PS, now."""
-    return {"time": time.time(), "wire": link_counters(net, order),
+class Loopback:
+    """Every task on loopback (no root needed); bytes from the kernel's own
+    counters of each TCP connection (`ss -ti`: payload only, no headers),
+    summed per owning process over its connections within the cluster. TF
+    connects both ways (a receiver fetches a tensor from the sender's
+    server), so a task's traffic is on sockets it accepted and ones it opened."""
+    name = "loopback"
+
+    def __init__(self, num_tasks):
+        del num_tasks
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def cluster(self, ps, workers):
+        self.spec = cl.local_cluster(ps, workers)
+        self.ports = {int(a.rpartition(":")[2]) for job in ("ps", "worker") for a in self.spec[job]}
+        return self.spec
+
+    @staticmethod
+    def prefix(job, index):
+        del job, index
+        return []
+
+    def counters(self, procs):
+        """{task: {tx_bytes, rx_bytes}} over each task's sockets to or from a task port."""
+        owners = {p.pid: f"{job}{i}" for (job, i), p in procs.items()}
+        out = subprocess.run(["ss", "-tinpH", "state", "established"], check=True,
+                             capture_output=True, text=True, timeout=30).stdout
+        totals = {name: {"tx_bytes": 0, "rx_bytes": 0} for name in owners.values()}
+        for local, peer, pid, sent, received in _ss_sockets(out):
+            if pid in owners and (local in self.ports or peer in self.ports):
+                totals[owners[pid]]["tx_bytes"] += sent
+                totals[owners[pid]]["rx_bytes"] += received
+        return totals
+
+
+def _ss_sockets(text):
+    """(local port, peer port, pid or None, bytes sent, bytes received) per
+    socket of `ss -tinpH` output: a socket's line, then indented info lines."""
+    head = None
+    for line in text.splitlines() + [""]:
+        if line[:1].isspace() and head is not None:
+            head[1].append(line)
+            continue
+        if head is not None:
+            fields, info = head[0].split(), " ".join(head[1])
+            if len(fields) >= 4:
+                local, peer = (int(f.rpartition(":")[2]) for f in fields[2:4])
+                pid = re.search(r"pid=(\d+)", head[0])
+                sent = re.search(r"\bbytes_sent:(\d+)", info)
+                received = re.search(r"\bbytes_received:(\d+)", info)
+                yield (local, peer, int(pid.group(1)) if pid else None,
+                       int(sent.group(1)) if sent else 0,
+                       int(received.group(1)) if received else 0)
+        head = (line, []) if line.strip() else None
+
+
+def sample(links, procs):
+    """Bytes of every task and CPU-seconds of every PS, now."""
+    wire = links.counters() if isinstance(links, Namespaces) else links.counters(procs)
+    return {"time": time.time(), "wire": wire,
             "cpu": {f"ps{i}": cpu_seconds(p.pid) for (job, i), p in procs.items() if job == "ps"}}
 
 
@@ -106,13 +192,11 @@ def run_cell(workers, ps, args):
             "--eval_every=0", "--eval_batch=2000", *args.extra]
     os.makedirs(logdir, exist_ok=True)
     samples, stop = [], threading.Event()
-    with netem.SlowNetwork(ps + workers) as net:
-        spec = cl.local_cluster(ps, workers, hosts=[ip for _, ip in net.hosts])
-        order = cl.tasks(spec)
+    with LINKS[args.links](ps + workers) as links:
+        spec = links.cluster(ps, workers)
         started = time.time()
         with cl.Launcher(spec, lambda job, i: launcher.task_command(spec, job, i, logdir, argv),
-                         logdir, prefix=lambda job, i: net.command_prefix(order.index((job, i))),
-                         echo_chief=False) as running:
+                         logdir, prefix=links.prefix, echo_chief=False) as running:
             chief = ChiefSteps(running.log_path("worker", 0))
 
             def watch():
@@ -121,18 +205,23 @@ def run_cell(workers, ps, args):
                     step = chief.poll()
                     if step != seen:
                         seen = step
-                        samples.append({"step": step, **sample(net, order, running.procs)})
+                        samples.append({"step": step, **sample(links, running.procs)})
 
             watcher = threading.Thread(target=watch, daemon=True)
             watcher.start()
             codes = running.wait(timeout=args.timeout)
             stop.set()
             watcher.join()
-        wire = {f"{job}{i}": net.counters(k) for k, (job, i) in enumerate(order)}
+        wire = links.counters() if isinstance(links, Namespaces) else None  # sockets are gone
         failed, _ = launcher.failed_tasks(codes, running.stopped, 0)
         summary = launcher.summarize(logdir, spec, codes, time.time() - started,
                                      running.exit_times, wire, None, failed)
-    return figures(workers, ps, steps, samples, summary, args)
+    row = figures(workers, ps, steps, samples, summary, args)
+    row["links"] = links.name
+    return row
+
+
+LINKS = {"netns": Namespaces, "loopback": Loopback}
 
 
 def figures(workers, ps, steps, samples, summary, args):
@@ -230,16 +319,22 @@ def main():
     parser.add_argument("--out", default=RESULTS)
     parser.add_argument("--rundir", default=os.path.join(ROOT, "runs", "scaling"))
     parser.add_argument("--force", action="store_true", help="re-run cells already in --out")
+    parser.add_argument("--links", choices=sorted(LINKS), default="netns",
+                        help="netns: link counters per namespace (root); loopback: TCP counters")
     parser.add_argument("extra", nargs="*", help="more flags for the job (after --)")
     args = parser.parse_args()
-    ok, why = netem.netem_available()
-    if not ok:
-        raise SystemExit(f"bench_scaling needs network namespaces (kernel byte counters): {why}")
-    netem.cleanup_stale()
+    if args.links == "netns":
+        ok, why = netem.netem_available()
+        if not ok:
+            raise SystemExit(f"bench_scaling: --links=netns needs network namespaces ({why}); "
+                             "--links=loopback counts TCP bytes per connection instead")
+        netem.cleanup_stale()
     results = load(args.out)
     for workers, ps in parse_cells(args.cells):
-        key = lambda r: (r["workers"], r["ps"], r["model"], r["config"])  # noqa: E731
-        old = [r for r in results["cells"] if key(r) == (workers, ps, args.model, args.config)]
+        key = lambda r: (r["workers"], r["ps"], r["model"], r["config"],  # noqa: E731
+                         r.get("links", "netns"))
+        old = [r for r in results["cells"]
+               if key(r) == (workers, ps, args.model, args.config, args.links)]
         if old and not args.force and "error" not in old[0]:
             continue
         print(f"bench_scaling: {workers} workers, {ps} PS ...", flush=True)
@@ -248,8 +343,8 @@ def main():
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         cl.write_json(args.out, results)
         print(table([row]).splitlines()[-1], flush=True)
-    print(table([r for r in results["cells"]
-                 if (r["model"], r["config"]) == (args.model, args.config)]))
+    print(table([r for r in results["cells"] if (r["model"], r["config"], r.get("links", "netns"))
+                 == (args.model, args.config, args.links)]))
 
 
 if __name__ == "__main__":

@@ -94,26 +94,50 @@ def test_bad_cells_are_refused():
             bench.parse_cells(bad)
 
 
-@pytest.mark.skipif(not netem.netem_available()[0],
-                    reason=f"network namespaces: {netem.netem_available()[1]}")
-def test_a_two_by_two_cell_measures_balanced_servers(tmp_path):
-    """One real cell (2 workers, 2 PS): kernel-counted bytes per PS over the
-    window, each PS's CPU-seconds, and the job's own checks."""
+@pytest.mark.parametrize("links", ["netns", "loopback"])
+def test_a_two_by_two_cell_measures_balanced_servers(tmp_path, links):
+    """One real cell (2 workers, 2 PS): bytes per PS over the window (link
+    counters in namespaces, or TCP counters per connection on loopback),
+    each PS's CPU-seconds, and the job's own checks."""
+    if links == "netns" and not netem.netem_available()[0]:
+        pytest.skip(f"network namespaces: {netem.netem_available()[1]}")
     out = tmp_path / "results.json"
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", "bench_scaling.py"), "--cells=2x2",
-         "--warmup=4", "--window=10", f"--out={out}", f"--rundir={tmp_path / 'runs'}"],
+         f"--links={links}", "--warmup=4", "--window=10", f"--out={out}",
+         f"--rundir={tmp_path / 'runs'}"],
         capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     row, = json.loads(out.read_text())["cells"]
     print(bench.table([row]))
+    assert row["links"] == links
     assert row["checks"]["ok"] and row["checks"]["global_step"] == row["steps"] == 16
     assert row["window"][1] - row["window"][0] >= 4  # polled: an end may skip a step line
     assert max(row["ps_share"]) <= 0.60, row["ps_share"]
     # Every PS does work each step; 3LC keeps a worker-step far below float32's 2 x 6.6 MB.
     assert all(c > 0 for c in row["ps_cpu_seconds_per_step"])
-    assert 10_000 < row["wire_bytes_per_worker_step"] < 2_000_000
+    assert 100_000 < row["wire_bytes_per_worker_step"] < 1_000_000
+    # What the workers sent and received, the PS received and sent (within the window's slack).
+    assert sum(row["ps_bytes_per_step"]) == pytest.approx(
+        2 * row["wire_bytes_per_worker_step"], rel=0.25)
     assert "| 2 | 2 |" in proc.stdout
+
+
+SS_OUTPUT = """\
+0      0      [::ffff:127.0.0.1]:5001 [::ffff:127.0.0.1]:40560 users:(("python3",pid=545,fd=61))
+\t bbr wscale:10,10 rto:208 mss:32768 bytes_sent:11009 bytes_acked:11009 bytes_received:139271 x
+0      0      127.0.0.1:40560 127.0.0.1:5001 users:(("python3",pid=77,fd=9))
+\t cubic bytes_acked:5 bytes_received:11009
+\t second info line bytes_sent:139271
+0      0      127.0.0.1:22 10.0.0.1:5555
+\t cubic bytes_sent:1 bytes_received:2
+"""
+
+
+def test_ss_lines_give_each_socket_its_ports_owner_and_bytes():
+    assert list(bench._ss_sockets(SS_OUTPUT)) == [  # pylint: disable=protected-access
+        (5001, 40560, 545, 11009, 139271), (40560, 5001, 77, 139271, 11009),
+        (22, 5555, None, 1, 2)]
 
 
 @pytest.mark.slow
