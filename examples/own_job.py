@@ -4,11 +4,16 @@
         "worker": ["127.0.0.1:2223", "127.0.0.1:2224"]}' --job_name=ps --task_index=0
     (the same with --job_name=worker --task_index=0, and 1; worker 0 is the chief)
 
-or with TF_CONFIG set instead of the three flags. The model: a two-layer
-perceptron in raw TF variables on Fashion-MNIST (--data_dir), trained
-synchronously with 3LC-compressed pushes and pulls. A worker prints
-"worker <index>: last step at <unix time>" after training, every process
-"<job> <index>: exiting at <unix time>" before it exits.
+or with TF_CONFIG set instead of the three flags, as Kubeflow's TFJob sets it
+(scripts/tfjob_example.yaml): its `chief` becomes worker 0 (tlc's chief) and
+its worker i worker i + 1; an `evaluator` exits at once. The model: a
+two-layer perceptron in raw TF variables on Fashion-MNIST (--data_dir),
+trained synchronously with 3LC-compressed pushes and pulls. Every 20 steps a
+worker logs the bytes it pushed and pulled per step and the ratio against
+float32 (tlc.traffic.TrafficHook; TensorBoard scalars too with
+--summary_dir). A worker prints "worker <index>: last step at <unix time>"
+after training, every process "<job> <index>: exiting at <unix time>" before
+it exits.
 """
 import argparse
 import gzip
@@ -21,7 +26,9 @@ import tensorflow as tf
 
 import tlc.ops  # noqa: F401  registers tlc's kernels: every task, parameter servers too
 from tlc import SyncReplicasOptimizer, ThreeLC, replica
+from tlc.job.cluster import from_tf_config
 from tlc.session import exit_task, serve_until_workers_done, worker_done
+from tlc.traffic import TrafficHook
 
 
 def parse_args():
@@ -32,11 +39,14 @@ def parse_args():
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--summary_dir", help="TensorBoard scalars of the traffic, one "
+                        "subdirectory per worker")
     args = parser.parse_args()
     if args.cluster is None:
-        config = json.loads(os.environ["TF_CONFIG"])
-        args.cluster = config["cluster"]
-        args.job_name, args.task_index = config["task"]["type"], config["task"]["index"]
+        if "TF_CONFIG" not in os.environ:
+            parser.error("give --cluster, --job_name and --task_index, or set TF_CONFIG")
+        # chief + workers -> tlc's workers, the chief first; an evaluator exits here.
+        args.cluster, args.job_name, args.task_index = from_tf_config(os.environ["TF_CONFIG"])
     else:
         args.cluster = json.loads(args.cluster)
     return args
@@ -85,7 +95,9 @@ def run_worker(server, cluster, index, args):
     rng = np.random.default_rng(index)
     # num_tokens=0: the first update waits for every worker's first gradient,
     # so a chief that starts early cannot take the initial tokens and train alone.
+    summary_dir = args.summary_dir and os.path.join(args.summary_dir, f"worker{index}")
     hooks = [opt.make_session_run_hook(is_chief, num_tokens=0),
+             TrafficHook(opt, every_n_steps=20, summary_dir=summary_dir),  # bytes per step
              tf.compat.v1.train.StopAtStepHook(last_step=args.steps)]
     # Only this worker and the parameter servers: no waiting for other workers.
     config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", worker])

@@ -2,7 +2,8 @@
 
 A cluster description is TF's: {"ps": ["host:port", ...], "worker": [...]}
 (a JSON string, a JSON file, or TF_CONFIG's "cluster"). The first worker is
-the chief. The launcher starts every task on this machine (optionally inside
+the chief; a TF_CONFIG's `chief` job (Kubeflow TFJob) becomes that first
+worker (see from_tf_config). The launcher starts every task on this machine (optionally inside
 network namespaces), writes one log per task, and stops them all on exit,
 error or Ctrl-C.
 """
@@ -68,16 +69,44 @@ def check_task(cluster, job_name, task_index):
 
 
 def from_tf_config(text):
-    """(cluster, job_name, task_index) from a TF_CONFIG JSON string."""
+    """(cluster, job_name, task_index) from a TF_CONFIG JSON string.
+
+    Kubeflow's TFJob writes a `chief` job beside `worker` and `ps` (and keeps
+    an `evaluator` out of the cluster or lists it). tlc's replicas are the
+    chief and the workers, the chief first: TF_CONFIG's chief 0 runs as
+    worker 0 (tlc's chief), its worker i as worker i + 1. Every task maps the
+    same way, so all of them agree on the cluster. An evaluator has nothing
+    to run (the chief evaluates): it says so and exits with code 0.
+    """
     try:
         config = json.loads(text)
         task = config["task"]
-        cluster = parse_cluster(config["cluster"])
         job, index = task["type"], int(task["index"])
+        spec = dict(config["cluster"])
     except (KeyError, TypeError, ValueError) as e:
         raise ClusterError(f"TF_CONFIG is not usable: {e}") from e
-    if job == "chief":
-        raise ClusterError("TF_CONFIG: tlc uses worker 0 as the chief; do not list a 'chief' job")
+    spec.pop("evaluator", None)
+    if job == "evaluator":
+        print(f"tlc: TF_CONFIG task evaluator {index}: nothing to run (tlc's chief evaluates "
+              "the model); exiting", flush=True)
+        raise SystemExit(0)
+    if "chief" in spec:
+        chief = spec.pop("chief")
+        if not isinstance(chief, list) or len(chief) != 1:
+            raise ClusterError(f"TF_CONFIG: 'chief' must list exactly one host:port, got {chief!r}")
+        workers = spec.get("worker", [])
+        if not isinstance(workers, list):
+            raise ClusterError("TF_CONFIG: 'worker' must be a list of host:port")
+        spec["worker"] = chief + workers
+        if job == "chief":
+            if index != 0:
+                raise ClusterError(f"TF_CONFIG: task chief {index}: there is only chief 0")
+            job = "worker"
+        elif job == "worker":
+            index += 1
+    elif job == "chief":
+        raise ClusterError("TF_CONFIG: task type 'chief' but the cluster has no 'chief' job")
+    cluster = parse_cluster(spec)
     check_task(cluster, job, index)
     return cluster, job, index
 
