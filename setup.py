@@ -7,13 +7,16 @@ the installed TensorFlow's C++ ABI. Build in place for development with
 `pip install --no-build-isolation .`.
 
 Every object file of both extensions compiles at once on all cores, with one
-progress line per file on stderr ("setup: [3/17] compiling ...").
+progress line per file on stderr ("setup: [3/17] compiling ...") and, every
+TLC_PROGRESS_SECS seconds (default 30), one line naming the files still
+compiling.
 """
 import concurrent.futures
 import glob
 import os
 import sys
 import threading
+import time
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -36,16 +39,48 @@ class BuildExt(build_ext):
         self._done = 0
         self._lock = threading.Lock()
         self._current = threading.local()  # the extension a build thread is building
+        self._compiling = {}  # "compiling <source> (<extension>)" / "linking ..." -> start time
         self.compiler.compile = self._compile_in_parallel
+        self.compiler.link_shared_object = self._link_with_progress
         # The op library's files first: its TensorFlow-heavy ones take longest.
         order = sorted(self.extensions, key=lambda e: e.name != OPS_LIBRARY)
         self._order = [e.name for e in order]
         self._queued = {name: threading.Event() for name in self._order}  # its objects are queued
-        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as objects, \
-                concurrent.futures.ThreadPoolExecutor(len(order)) as extensions:
-            self._objects = objects
-            for future in [extensions.submit(self.build_extension, e) for e in order]:
-                future.result()  # raises the first build error
+        done = threading.Event()
+        ticker = threading.Thread(target=self._still_compiling, args=(done,), daemon=True)
+        ticker.start()
+        try:
+            with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as objects, \
+                    concurrent.futures.ThreadPoolExecutor(len(order)) as extensions:
+                self._objects = objects
+                for future in [extensions.submit(self.build_extension, e) for e in order]:
+                    future.result()  # raises the first build error
+        finally:
+            done.set()
+            ticker.join()
+
+    def _still_compiling(self, done):
+        """A line every TLC_PROGRESS_SECS while files compile or link: the build is alive."""
+        interval = float(os.environ.get("TLC_PROGRESS_SECS", "30"))
+        while not done.wait(interval):
+            now = time.monotonic()
+            with self._lock:
+                running = sorted(self._compiling.items(), key=lambda item: item[1])
+            if running:
+                names = "; ".join(f"{what} {now - started:.0f} s" for what, started in running)
+                print(f"setup: still {names}", file=sys.stderr, flush=True)
+
+    def _link_with_progress(self, objects, output_filename, *args, **kwargs):
+        what = f"linking {os.path.basename(output_filename)} ({self._current.name})"
+        with self._lock:
+            self._compiling[what] = time.monotonic()
+        print(f"setup: {what}", file=sys.stderr, flush=True)
+        try:
+            type(self.compiler).link_shared_object(self.compiler, objects, output_filename,
+                                                   *args, **kwargs)
+        finally:
+            with self._lock:
+                del self._compiling[what]
 
     def build_extension(self, ext):
         self._current.name = ext.name
@@ -68,11 +103,17 @@ class BuildExt(build_ext):
 
         def compile_one(obj):
             src, ext = build[obj]
+            key = f"{src} ({name})"
             with self._lock:
                 self._done += 1
-                print(f"setup: [{self._done}/{self._todo}] compiling {src} ({name})",
+                self._compiling[f"compiling {key}"] = time.monotonic()
+                print(f"setup: [{self._done}/{self._todo}] compiling {key}",
                       file=sys.stderr, flush=True)
-            cc._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)  # pylint: disable=protected-access
+            try:
+                cc._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)  # pylint: disable=protected-access
+            finally:
+                with self._lock:
+                    del self._compiling[f"compiling {key}"]
 
         position = self._order.index(name)
         if position > 0:  # queue after the extension before it
@@ -117,7 +158,8 @@ setup(
     ext_modules=[
         Extension("tlc._codec", CORE_SOURCES + ["custom_ops/python/codec_module.cc"],
                   language="c++"),
-        Extension(OPS_LIBRARY, ["custom_ops/tf/kernels.cc", "custom_ops/tf/ops.cc"] + CORE_SOURCES,
+        Extension(OPS_LIBRARY, ["custom_ops/tf/kernels.cc", "custom_ops/tf/ops.cc",
+                                   "custom_ops/tf/message_ops.cc"] + CORE_SOURCES,
                   language="c++"),
     ],
     cmdclass={"build_ext": BuildExt},

@@ -75,6 +75,7 @@ def _run_cluster(model, num_ps, steps):
                     sessions[i].run(built[i][2])
         except Exception as e:  # pylint: disable=broad-except
             errors.append(e)
+            print("worker", i, "failed:", str(e)[-3000:], flush=True)
 
     threads = [threading.Thread(target=run, args=(i, True)) for i in range(2)]
     for t in threads:

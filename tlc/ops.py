@@ -75,3 +75,14 @@ def golomb_decode(code, b, n, name=None):
 
 def golomb_bstar(p, name=None):
     return _ops.tlc_golomb_bstar(tf.cast(p, tf.float64), name=name)
+
+
+def pack_message(parts, name=None):
+    """One step message (docs/FORMAT.md) holding the uint8 vectors `parts`."""
+    return _ops.tlc_pack_message(parts, name=name)
+
+
+def unpack_message(message, num_parts, what, name=None):
+    """The `num_parts` uint8 vectors of a step message; a malformed message
+    fails in one line naming `what`."""
+    return _ops.tlc_unpack_message(message, num_parts=num_parts, what=what, name=name)

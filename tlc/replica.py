@@ -70,12 +70,6 @@ def _is_worker_statistic(kwargs):
     return kwargs.get("synchronization") == tf.VariableSynchronization.ON_READ and floating
 
 
-def _value_once_initialized(variable):
-    """The variable's value if it has one, else its initial value."""
-    return tf.cond(tf.compat.v1.is_variable_initialized(variable), variable.read_value,
-                   lambda: tf.convert_to_tensor(variable.initial_value))
-
-
 @contextlib.contextmanager
 def local_copies(worker_device):
     """Creates trainable variables as PS masters with worker-local copies.
@@ -98,11 +92,10 @@ def local_copies(worker_device):
         _keep_only_in(master, kwargs["collections"])
         with tf.device(worker_device):
             # next_creator, not tf.Variable: this scope must not see it again.
-            # The master's value once it has one (what TF's recipes that run
-            # only init ops then read); the optimizer's session start copies
-            # it exactly in any case.
+            # Zeros: the optimizer's session start copies the model in once
+            # (reading the master here would send it twice).
             local = next_creator(
-                initial_value=_value_once_initialized(master),
+                initial_value=tf.zeros(master.shape, master.dtype.base_dtype),
                 trainable=not statistic,
                 collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
                 name=master.op.name + "/local",

@@ -1,6 +1,7 @@
 // numpy front end of the codec core: tlc.codec. No TensorFlow here.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <algorithm>
 #include <cstring>
@@ -10,6 +11,7 @@
 
 #include "../core/base3.h"
 #include "../core/golomb.h"
+#include "../core/message.h"
 #include "../core/threelc.h"
 #include "../core/zero_run.h"
 #include "thread_pool.h"
@@ -207,9 +209,35 @@ int GolombBstar(double p) {
   return b;
 }
 
+py::bytes PackMessage(const std::vector<std::string>& parts) {
+  std::vector<const uint8_t*> data;
+  std::vector<size_t> lengths;
+  for (const std::string& part : parts) {
+    data.push_back(reinterpret_cast<const uint8_t*>(part.data()));
+    lengths.push_back(part.size());
+  }
+  std::string out(tlc::message::PackedSize(lengths), '\0');
+  tlc::message::Pack(data, lengths, reinterpret_cast<uint8_t*>(&out[0]));
+  return py::bytes(out);
+}
+
+std::vector<py::bytes> UnpackMessage(const std::string& message, size_t num_parts,
+                                     const std::string& what) {
+  std::vector<tlc::message::Span> spans;
+  const tlc::Status s = tlc::message::Parse(reinterpret_cast<const uint8_t*>(message.data()),
+                                            message.size(), num_parts, &spans);
+  if (!s.ok()) throw py::value_error("tlc: " + what + ": " + s.message());
+  std::vector<py::bytes> parts;
+  for (const auto& span : spans) parts.emplace_back(message.data() + span.offset, span.length);
+  return parts;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_codec, m) {
+  m.def("pack_message", &PackMessage, py::arg("parts"));
+  m.def("unpack_message", &UnpackMessage, py::arg("message"), py::arg("num_parts"),
+        py::arg("what"));
   m.doc() = "3LC codec core on numpy arrays (see docs/FORMAT.md).";
   m.def("compress_3lc", &Compress3LC, py::arg("x"), py::arg("error"),
         py::arg("sparsity_multiplier"), py::arg("adaptive") = false, py::arg("num_threads") = 0,

@@ -85,10 +85,15 @@ class Channel:
 
     @staticmethod
     def _keep_statistic(entry, value):
-        """PS: the chief's statistic becomes the master (saved, evaluated)."""
-        return tf.cond(tf.size(value) > 0,
-                       lambda: tf.group(entry.master.assign(tf.reshape(value, entry.master.shape))),
-                       tf.no_op)
+        """PS: the chief's statistic becomes the master (saved, evaluated); the
+        others send nothing. A scatter of all rows or none: no branch."""
+        master = entry.master
+        if master.shape.rank == 0:
+            raise ValueError(f"tlc: statistic {entry.name} is a scalar; keep it on the PS")
+        row = master.shape[1:]
+        rows = tf.size(value) // max(1, row.num_elements())
+        return tf.compat.v1.scatter_update(master, tf.range(rows),
+                                           tf.reshape(value, [-1] + row.as_list())).op
 
 
 def _shared_table(name):

@@ -1,0 +1,102 @@
+// The step message as TensorFlow ops (format: custom_ops/core/message.h,
+// docs/FORMAT.md). Python wrappers: tlc/message.py.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../core/message.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tlc {
+namespace {
+
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::OpInputList;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::shape_inference::InferenceContext;
+
+REGISTER_OP("TlcPackMessage")
+    .Input("parts: N * uint8")
+    .Attr("N: int >= 0")
+    .Output("message: uint8")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+      return ::absl::Status();
+    });
+
+REGISTER_OP("TlcUnpackMessage")
+    .Input("message: uint8")
+    .Attr("num_parts: int >= 0")
+    .Attr("what: string")
+    .Output("parts: num_parts * uint8")
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_outputs(); ++i) {
+        c->set_output(i, c->Vector(InferenceContext::kUnknownDim));
+      }
+      return ::absl::Status();
+    });
+
+class PackMessageOp : public OpKernel {
+ public:
+  explicit PackMessageOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    OpInputList parts;
+    OP_REQUIRES_OK(ctx, ctx->input_list("parts", &parts));
+    std::vector<const uint8_t*> data(parts.size());
+    std::vector<size_t> lengths(parts.size());
+    for (int i = 0; i < parts.size(); ++i) {
+      data[i] = parts[i].flat<uint8_t>().data();
+      lengths[i] = parts[i].NumElements();
+    }
+    Tensor* out = nullptr;
+    const int64_t size = static_cast<int64_t>(message::PackedSize(lengths));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({size}), &out));
+    message::Pack(data, lengths, out->flat<uint8_t>().data());
+  }
+};
+
+class UnpackMessageOp : public OpKernel {
+ public:
+  explicit UnpackMessageOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_parts", &num_parts_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("what", &what_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& input = ctx->input(0);
+    OP_REQUIRES(ctx, input.dims() == 1,
+                ::tensorflow::errors::InvalidArgument("tlc: ", what_, ": a step message is a "
+                                                      "vector of bytes, got shape ",
+                                                      input.shape().DebugString()));
+    const uint8_t* data = input.flat<uint8_t>().data();
+    std::vector<message::Span> spans;
+    const Status parsed = message::Parse(data, input.NumElements(), num_parts_, &spans);
+    OP_REQUIRES(ctx, parsed.ok(),
+                ::tensorflow::errors::InvalidArgument("tlc: ", what_, ": ", parsed.message()));
+    for (int i = 0; i < num_parts_; ++i) {
+      Tensor* out = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                              i, TensorShape({static_cast<int64_t>(spans[i].length)}), &out));
+      if (spans[i].length) {
+        std::memcpy(out->flat<uint8_t>().data(), data + spans[i].offset, spans[i].length);
+      }
+    }
+  }
+
+ private:
+  int num_parts_;
+  std::string what_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("TlcPackMessage").Device(::tensorflow::DEVICE_CPU), PackMessageOp);
+REGISTER_KERNEL_BUILDER(Name("TlcUnpackMessage").Device(::tensorflow::DEVICE_CPU),
+                        UnpackMessageOp);
+
+}  // namespace
+}  // namespace tlc
