@@ -164,3 +164,119 @@ def test_untrained_variable_written_on_the_ps_reaches_the_workers():
                                           e["reads"][worker_id]["frozen/kernel"],
                                           err_msg=f"round {round_}, worker {worker_id}")
     np.testing.assert_array_equal(got[-1]["reads"][1]["frozen/kernel"], [[2.0, -1.0], [5.0, 1.5]])
+
+
+# --- points 2 and 4: checkpoints and restores ----------------------------------
+
+IDS = [[0, 3, 5], [1, 3, 4]]  # each worker's embedding rows
+
+
+def build_checkpointed_model(implementation, worker_id):
+    """Dense and partitioned (embedding) variables on 2 PS, Momentum."""
+    worker = f"/job:worker/task:{worker_id}"
+    with copies_for(implementation, worker):
+        with tf.compat.v1.device("/job:ps/task:0"):
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+            w = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0])
+        with tf.compat.v1.device("/job:ps/task:1"):
+            pe = tf.compat.v1.get_variable(
+                "pe", shape=[6, 2], initializer=tf.compat.v1.initializers.random_normal(seed=3),
+                partitioner=tf.compat.v1.fixed_size_partitioner(3))
+    with tf.compat.v1.device(worker):
+        rows = tf.nn.embedding_lookup(pe, IDS[worker_id])
+        target = tf.constant([[0.5, -0.5]] * 3)
+        loss = tf.reduce_sum(tf.square(rows * w - target))
+        opt = make_optimizer(implementation, tf.compat.v1.train.MomentumOptimizer(0.1, 0.9))
+        train_op = opt.minimize(loss, global_step=global_step)
+        hook = opt.make_session_run_hook(worker_id == 0, num_tokens=0)
+    with tf.compat.v1.device("/job:ps/task:0"):
+        queue = tf.compat.v1.get_default_graph().get_operation_by_name("sync_token_q")
+        queue_size = tf.raw_ops.QueueSizeV2(handle=queue.outputs[0])
+    reads = {"w": w.read_value(), "pe": tf.convert_to_tensor(pe), "global_step": global_step}
+    return train_op, loss, hook, queue_size, reads
+
+
+def open_sessions(implementation, target_of, checkpoint_dir, session_kind):
+    """The chief's session first (it restores from checkpoint_dir, saves
+    there at the end), then the other worker's."""
+    from tlc.session import training_session  # pylint: disable=import-outside-toplevel
+    sessions, built = [], []
+    for worker_id in range(NUM_WORKERS):
+        is_chief = worker_id == 0
+        graph = tf.Graph()
+        with graph.as_default():
+            train_op, loss, hook, queue_size, reads = build_checkpointed_model(
+                implementation, worker_id)
+            if session_kind == "tlc":
+                session = training_session(target_of(worker_id), is_chief, [hook],
+                                           checkpoint_dir=checkpoint_dir if is_chief else None,
+                                           config=session_config())
+            else:
+                session = tf.compat.v1.train.MonitoredTrainingSession(
+                    master=target_of(worker_id), is_chief=is_chief, hooks=[hook],
+                    checkpoint_dir=checkpoint_dir if is_chief else None,
+                    save_checkpoint_steps=1000, save_checkpoint_secs=None,
+                    config=session_config(), stop_grace_period_secs=1)
+        sessions.append(session)
+        built.append((train_op, loss, queue_size, reads, graph))
+    return sessions, built
+
+
+def train_rounds(sessions, built, rounds):
+    history = []
+    for _ in range(rounds):
+        losses = in_threads(*[lambda s=s, b=b: s.run([b[0], b[1]])[1]
+                              for s, b in zip(sessions, built)])
+        history.append({"losses": losses, "reads": sessions[1].run(built[1][3])})
+    return history
+
+
+def checkpointed_job(first, second, checkpoint_dir, session_kind="monitored", rounds=(3, 3)):
+    """Trains `rounds[0]` lock-step rounds with implementation `first`, saves
+    (the chief, at the end), then restores into a fresh cluster with
+    `second` and trains `rounds[1]` rounds. Returns the second part's tokens
+    queued before its first step and its history."""
+    results = {}
+    for phase, implementation in enumerate((first, second)):
+        workers, _ = create_local_cluster(NUM_WORKERS, 2)
+        sessions, built = open_sessions(implementation, lambda i, w=workers: w[i].target,
+                                        str(checkpoint_dir), session_kind)
+        try:
+            if phase == 1:
+                results["tokens_at_start"] = sessions[1].run(built[1][2])
+                results["start"] = sessions[1].run(built[1][3])
+            results[phase] = train_rounds(sessions, built, rounds[phase])
+        finally:
+            for session, (*_, graph) in zip(sessions, built):
+                with graph.as_default():  # the chief saves at close
+                    session.close()
+    return results
+
+
+def assert_same_history(expected, got):
+    for round_, (e, g) in enumerate(zip(expected, got)):
+        np.testing.assert_array_equal(g["losses"], e["losses"], err_msg=f"round {round_}")
+        for name, value in e["reads"].items():
+            np.testing.assert_array_equal(g["reads"][name], value,
+                                          err_msg=f"round {round_}, {name}")
+    assert len(got) == len(expected)
+
+
+@pytest.fixture(scope="module")
+def tf_oracle(tmp_path_factory):
+    return checkpointed_job("tf", "tf", tmp_path_factory.mktemp("tf_tf"))
+
+
+@pytest.mark.parametrize("session_kind", ["monitored", "tlc"])
+def test_restore_from_own_checkpoint_adds_no_tokens(tf_oracle, tmp_path, session_kind):
+    """Point 2: a tlc job restored from its own checkpoint into a fresh
+    cluster (num_tokens=0) queues no token before its first step, as TF's,
+    and lock-step training goes on with TF's values (a surplus token would
+    let a worker run a round ahead: other values, or a deadlock)."""
+    assert tf_oracle["tokens_at_start"] == 0
+    assert tf_oracle["start"]["global_step"] == 3
+    got = checkpointed_job("tlc", "tlc", tmp_path, session_kind)
+    assert got["tokens_at_start"] == 0
+    assert_same_history(tf_oracle[0], got[0])
+    assert_same_history(tf_oracle[1], got[1])
+    assert got[1][-1]["reads"]["global_step"] == 6
