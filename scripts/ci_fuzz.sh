@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 DECODERS=(decompress decompress_adaptive accumulate accumulate_adaptive unpack_base3
-          zre_decode golomb_decode decompress_block accumulate_block)
+          zre_decode golomb_decode decompress_block accumulate_block unpack_message)
 [ ${#only[@]} -gt 0 ] && DECODERS=("${only[@]}")
 
 out=${TLC_FUZZ_OUT:-build/fuzz}  # binaries, logs, corpus, crash artifacts

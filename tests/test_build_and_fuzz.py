@@ -11,7 +11,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DECODERS = ("decompress", "decompress_adaptive", "accumulate", "accumulate_adaptive",
-            "unpack_base3", "zre_decode", "golomb_decode", "decompress_block", "accumulate_block")
+            "unpack_base3", "zre_decode", "golomb_decode", "decompress_block", "accumulate_block",
+            "unpack_message")
 HAVE_CXX = shutil.which("g++") or shutil.which("clang++")
 
 

@@ -13,6 +13,7 @@
 #include "../core/base3.h"
 #include "../core/golomb.h"
 #include "../core/threelc.h"
+#include "../core/message.h"
 #include "../core/zero_run.h"
 #include "reference.h"
 
@@ -21,7 +22,8 @@ namespace {
 
 const char* const kNames[kNumDecoders] = {
     "decompress", "decompress_adaptive", "accumulate", "accumulate_adaptive",
-    "unpack_base3", "zre_decode", "golomb_decode", "decompress_block", "accumulate_block"};
+    "unpack_base3", "zre_decode", "golomb_decode", "decompress_block", "accumulate_block",
+    "unpack_message"};
 
 // Scales the decoders are called with; the last three must be rejected.
 const float kScales[] = {1.5f,
@@ -143,6 +145,36 @@ bool CheckUnpack(const uint8_t* code, size_t len, int64_t n) {
   return ok;
 }
 
+// The step message's checks (docs/FORMAT.md 6.1), written again from the
+// document: which inputs are valid, and where each part is.
+bool RefParseMessage(const uint8_t* d, size_t size, size_t parts, std::vector<size_t>* ends) {
+  if (size < 8 || d[0] != 'T' || d[1] != 'L' || d[2] != 'M' || d[3] != 1) return false;
+  const uint64_t count = d[4] | (d[5] << 8) | (d[6] << 16) | (uint64_t{d[7]} << 24);
+  if (count != parts || (size - 8) / 8 < count) return false;
+  uint64_t at = 8 + 8 * count;
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t len = 0;
+    for (int k = 7; k >= 0; --k) len = (len << 8) | d[8 + 8 * i + k];
+    if (len > size - at) return false;
+    at += len;
+    ends->push_back(at);
+  }
+  return at == size;
+}
+
+bool CheckMessage(const uint8_t* code, size_t len, int64_t n) {
+  const size_t parts = static_cast<size_t>(n % 64);
+  std::vector<size_t> want;
+  const bool expect_ok = RefParseMessage(code, len, parts, &want);
+  std::vector<tlc::message::Span> spans;
+  const bool ok = tlc::message::Parse(code, len, parts, &spans).ok();
+  if (ok != expect_ok) Fail(kUnpackMessage, ok ? "accepted an invalid message" : "rejected a valid message");
+  for (size_t i = 0; ok && i < spans.size(); ++i) {
+    if (spans[i].offset + spans[i].length != want[i]) Fail(kUnpackMessage, "parts differ from the reference");
+  }
+  return ok;
+}
+
 bool CheckZre(const uint8_t* code, size_t len, int64_t n, const tlc::Executor& exec) {
   Bytes want;
   const bool expect_ok = RefZreDecode(code, len, n, &want);
@@ -201,6 +233,7 @@ bool RunOne(int decoder, const uint8_t* data, size_t size) {
   bool ok = false;
   switch (decoder) {
     case kUnpackBase3: ok = CheckUnpack(code, len, n); break;
+    case kUnpackMessage: ok = CheckMessage(code, len, n); break;
     case kZreDecode: ok = CheckZre(code, len, n, exec); break;
     case kGolombDecode: ok = CheckGolomb(code, len, b, n); break;
     case kDecompressBlock:
@@ -234,6 +267,23 @@ Bytes MakeSeed(int decoder, bool big, std::mt19937_64& rng) {
   int b = static_cast<int>(rng() % 32);
   uint8_t m_selector = static_cast<uint8_t>(rng() % 6);  // valid scales
   int64_t header_n = n;
+  if (decoder == kUnpackMessage) {  // n % 64 parts of random lengths
+    const size_t parts = static_cast<size_t>(rng() % 64);
+    std::vector<Bytes> bodies(parts);
+    std::vector<const uint8_t*> data;
+    std::vector<size_t> lengths;
+    for (Bytes& body : bodies) {
+      body.resize(rng() % 4 == 0 ? 0 : rng() % (big ? 70000 : 300));
+      for (uint8_t& c : body) c = static_cast<uint8_t>(rng());
+      data.push_back(body.data());
+      lengths.push_back(body.size());
+    }
+    code.resize(tlc::message::PackedSize(lengths));
+    tlc::message::Pack(data, lengths, code.data());
+    Bytes input = {static_cast<uint8_t>(big ? 3 : 0), static_cast<uint8_t>(parts), 0, 0, 0, 0};
+    input.insert(input.end(), code.begin(), code.end());
+    return input;
+  }
   if (IsBlockDecoder(decoder)) {
     const uint8_t raw = static_cast<uint8_t>(rng() % 250);
     std::vector<float> scales(n / 5 + 1);

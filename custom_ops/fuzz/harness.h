@@ -34,6 +34,7 @@ enum Decoder : int {
   kGolombDecode,
   kDecompressBlock,
   kAccumulateBlock,
+  kUnpackMessage,
   kNumDecoders,
 };
 
