@@ -280,3 +280,25 @@ def test_restore_from_own_checkpoint_adds_no_tokens(tf_oracle, tmp_path, session
     assert_same_history(tf_oracle[0], got[0])
     assert_same_history(tf_oracle[1], got[1])
     assert got[1][-1]["reads"]["global_step"] == 6
+
+
+def test_stock_tf_checkpoint_restores_into_tlc(tf_oracle, tmp_path, capfd):
+    """Point 4: TF's job saves, the same job on tlc restores it (partitioned
+    embedding included) and trains on with TF's values; tlc says in one line
+    that its own state starts fresh."""
+    got = checkpointed_job("tf", "tlc", tmp_path)
+    assert got["tokens_at_start"] == 0
+    assert_same_history(tf_oracle[1], got[1])
+    lines = [line for line in capfd.readouterr().out.splitlines() if "starts fresh" in line]
+    assert lines == ["tlc: model restored at step 3; tlc's own state (shadows, pull logs, "
+                     "counters) starts fresh"], lines
+
+
+def test_tlc_checkpoint_restores_into_stock_tf(tf_oracle, tmp_path):
+    """Point 4: tlc's checkpoint (local copies, a partitioned variable) has
+    TF's names and restores into TF's job, which trains on with its values."""
+    got = checkpointed_job("tlc", "tf", tmp_path)
+    names = {name for name, _ in tf.train.list_variables(str(tmp_path))}
+    assert {"pe", "pe/Momentum", "w", "w/Momentum", "global_step"} <= names, names
+    assert not [n for n in names if "tlc" in n or "part_" in n or "/local" in n], names
+    assert_same_history(tf_oracle[1], got[1])

@@ -70,6 +70,21 @@ def _is_worker_statistic(kwargs):
     return kwargs.get("synchronization") == tf.VariableSynchronization.ON_READ and floating
 
 
+def _forward_save_slice_info(local, master):
+    """TF sets a partition's save-slice info on what the creator returned
+    (the local copy, never saved): the master gets it too, so that a
+    checkpoint holds the whole variable under TF's name ("pe", not
+    "pe/part_0") and restores into TF and back."""
+    own = local._set_save_slice_info  # pylint: disable=protected-access
+
+    def set_both(info):
+        own(info)
+        if getattr(master, "_save_slice_info", None) is None:
+            master._set_save_slice_info(info)  # pylint: disable=protected-access
+
+    local._set_save_slice_info = set_both  # pylint: disable=protected-access
+
+
 @contextlib.contextmanager
 def local_copies(worker_device):
     """Creates trainable variables as PS masters with worker-local copies.
@@ -104,6 +119,7 @@ def local_copies(worker_device):
         _keep_only_in(local, [tf.compat.v1.GraphKeys.LOCAL_VARIABLES] + (
             [] if statistic else [tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES]))
         local._tlc_master = master  # pylint: disable=protected-access
+        _forward_save_slice_info(local, master)
         local._tlc_statistic = statistic  # pylint: disable=protected-access
         _LOCAL_COPIES.setdefault(local.graph, []).append(local)
         return local

@@ -40,6 +40,11 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
                 raise RuntimeError("tlc: model variables were never initialised by the chief")
             time.sleep(0.2)
         interrupted = self._is_chief and session.run(self._ops.update_interrupted)
+        if self._is_chief:
+            restored_at = session.run(self._ops.fresh_state_at)
+            if restored_at > 0:
+                print(f"tlc: model restored at step {restored_at}; tlc's own state (shadows, "
+                      "pull logs, counters) starts fresh", flush=True)
         session.run(self._ops.chief_init_op if self._is_chief else self._ops.local_step_init_op)
         while not session.run(self._ops.shadow_ready):
             if time.time() > deadline:

@@ -40,6 +40,12 @@ class SessionOps:
         with tf.device(gs.device):
             self.shadow_ready = tf.cond(tf.compat.v1.is_variable_initialized(server.shadow_ready),
                                         server.shadow_ready.read_value, lambda: False)
+            # The global step if tlc's PS state is yet to be made (a new
+            # cluster: at 0 a fresh start, above 0 a restored checkpoint,
+            # which never holds tlc's state), else -1.
+            self.fresh_state_at = tf.cond(
+                tf.compat.v1.is_variable_initialized(server.shadow_ready),
+                lambda: tf.constant(-1, tf.int64), lambda: tf.cast(gs.read_value(), tf.int64))
             # > 0: the chief died inside its update (see state.ServerState).
             self.update_interrupted = tf.cond(
                 tf.compat.v1.is_variable_initialized(server.takes_in_update),
