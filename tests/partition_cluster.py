@@ -67,7 +67,11 @@ class NetCluster:
         return False
 
     def command(self, job, index):
-        return launcher.task_command(self.spec, job, index, self.logdir, self.flags)
+        argv = launcher.task_command(self.spec, job, index, self.logdir, self.flags)
+        if os.environ.get("TLC_VERBOSE_TASKS") == "1":  # TF's INFO lines in the task logs
+            assert argv[1:3] == ["-m", "tlc.train"], argv
+            argv[1:3] = [os.path.join(ROOT, "tests", "verbose_train.py")]
+        return argv
 
     def prefix(self, job, index):
         return self.net.command_prefix(self.order.index((job, index)))

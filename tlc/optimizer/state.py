@@ -52,8 +52,12 @@ def ensure_initialized(variable):
     """Initialises `variable` unless it already holds a value (a PS that kept
     its state keeps it). Runs on the variable's device."""
     with tf.device(variable.device):
+        # The assign is made inside the branch: `variable.initializer`, made
+        # outside, would become a control input of the cond and run every time
+        # (it reset the shadows to the masters on each chief session).
         return tf.cond(tf.compat.v1.is_variable_initialized(variable), tf.no_op,
-                       lambda: tf.group(variable.initializer))
+                       lambda: tf.group(variable.assign(variable.initial_value,
+                                                        read_value=False)))
 
 
 class ServerState:
