@@ -45,6 +45,10 @@ def test_tiny_run_structure():
     results = run["results"]
     text = bench_codecs.table(report)
     assert "cache-resident" in text and "targets" in text
+    # memcpy ran next to every other call: 2 timed rounds x every other operation.
+    assert run["memcpy_spread"]["samples"] == 2 * (len(results) - 1)
+    assert run["quiet"] == bench_codecs.machine_quiet(run["memcpy_spread"])
+    assert "memcpy timed next to every call" in text
     for key in ("memcpy", "roof"):
         assert results[key]["GBps_f32"] > 0
     # Sparse operations: output elements/s and non-zeros/s, never GB/s.
@@ -83,3 +87,82 @@ def test_cli_json(tmp_path):
     report = json.loads(out.read_text())
     assert report["runs"][0]["residency"] in ("cache-resident", "unknown (LLC size unknown)")
     assert "bits/value timed (target, dev)" in proc.stdout
+
+
+# ------------------------------------------------ verdicts on a busy machine
+# Driven by recorded timings (seconds), not by this machine's speed.
+
+QUIET_COPY = [0.0089, 0.0090, 0.0091, 0.0089, 0.0092, 0.0090, 0.0093, 0.0089, 0.0091, 0.0090]
+# memcpy on the loaded 2-core VM: the same copy 1-25x slower from call to call.
+BUSY_COPY = [0.0089, 0.0450, 0.0120, 0.2200, 0.0095, 0.0610, 0.0890, 0.0130, 0.1500, 0.0300]
+
+
+def dram_run(copy_times, compress_ms, decompress_ms, threads=1):
+    """A 1-thread DRAM-resident run as run_benchmark builds it, from timings."""
+    spread = bench_codecs.spread_of(copy_times)
+    best_copy = min(copy_times) * 1e3
+    results = {"memcpy": {"best_ms": best_copy, "interleaved": spread}}
+    for op, ms in (("compress", compress_ms), ("decompress", decompress_ms)):
+        for name in bench_codecs.config_names():
+            results[f"{op}_{name}"] = {"best_ms": ms, "x_memcpy": round(best_copy / ms, 3),
+                                       "x_roof": 0.9}
+    return {"elements": 32 * MI, "residency": "DRAM-resident (4.0 x LLC)", "threads": threads,
+            "results": results, "memcpy_spread": spread,
+            "quiet": bench_codecs.machine_quiet(spread)}
+
+
+def test_spread_of_recorded_timings():
+    quiet = bench_codecs.spread_of(QUIET_COPY)
+    assert quiet["samples"] == 10 and quiet["min_ms"] == 8.9
+    assert quiet["spread"] < 0.05 and bench_codecs.machine_quiet(quiet)
+    busy = bench_codecs.spread_of(BUSY_COPY)
+    assert busy["spread"] > 10 and not bench_codecs.machine_quiet(busy)
+    # One stray sample in ten (a timer interrupt) does not make a machine busy.
+    one_stray = QUIET_COPY[:-1] + [0.05]
+    assert bench_codecs.machine_quiet(bench_codecs.spread_of(one_stray))
+    assert bench_codecs.spread_of([]) is None and not bench_codecs.machine_quiet(None)
+
+
+def test_busy_machine_gets_no_verdict():
+    # The codec looks fast against a memcpy the load slowed down: PASS on
+    # both ratios, if the spread were ignored.
+    run = dram_run(BUSY_COPY, compress_ms=15.0, decompress_ms=10.0)
+    verdicts = [v for v in bench_codecs.check_targets([run]) if "issue 13/21" in v["target"]]
+    judged = [v for v in verdicts if "x memcpy" in v["target"]]
+    assert len(judged) == 2
+    for v in judged:
+        assert v["pass"] is None and v["busy"], v
+    text = bench_codecs.table({"machine": {"llc_MiB": 32, "llc_source": "test",
+                                           "llc_detail": {"getconf": None},
+                                           "mem_available_GiB": 1, "cpu_count": 2},
+                               "inputs": {"source": "recorded timings"},
+                               "runs": [dict(run, elements=32 * MI, flushed=True, note="",
+                                             results={})],
+                               "targets": verdicts})
+    assert "PASS" not in text and "FAIL" not in text
+    assert text.count(bench_codecs.BUSY) >= 2 + 1  # both targets and the run's memcpy line
+
+
+def test_quiet_machine_gets_verdicts():
+    # Same codec times, memcpy steady: judged, PASS and FAIL from the ratios.
+    run = dram_run(QUIET_COPY, compress_ms=15.0, decompress_ms=12.0)
+    verdicts = {v["target"].split()[2]: v for v in bench_codecs.check_targets([run])
+                if "x memcpy" in v["target"] and "issue 13/21" in v["target"]}
+    assert verdicts["compress"]["pass"] is True and not verdicts["compress"]["busy"]
+    assert verdicts["decompress"]["pass"] is False  # 8.9 / 12 = 0.74 < 0.80
+    # Two-thread scaling compares two runs: a busy one voids it.
+    two = dram_run(BUSY_COPY, compress_ms=7.0, decompress_ms=6.0, threads=2)
+    scaling = [v for v in bench_codecs.check_targets([run, two]) if "2 threads" in v["target"]]
+    assert scaling and all(v["pass"] is None and v["busy"] for v in scaling)
+
+
+def test_timed_rounds_pairs_memcpy_with_every_call():
+    calls = []
+    meas = {"memcpy": (lambda: calls.append("memcpy"), None),
+            "a": (lambda: calls.append("a"), None), "b": (lambda: calls.append("b"), None)}
+    out = bench_codecs.timed_rounds(meas, 3, pair_with="memcpy")
+    # Every call is preceded by a memcpy, in every round (the warm-up round too).
+    assert calls == ["memcpy", "a", "memcpy", "b"] * 4
+    paired = out["memcpy:paired"]
+    assert sorted(paired) == ["a", "b"] and all(len(v) == 3 for v in paired.values())
+    assert len(out["memcpy"][2]) == 6  # memcpy's timed calls: one per paired call

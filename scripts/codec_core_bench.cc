@@ -1,0 +1,160 @@
+// Core-only timing and instruction-count harness for the 3LC codec (no
+// Python, no TF), for profiling the kernels: valgrind --tool=callgrind runs it
+// repeatably, and it times compress / decompress against memcpy interleaved
+// call by call.
+//
+//   g++ -O3 -ffp-contract=off -fno-math-errno -std=c++17 -Icustom_ops/core \
+//       scripts/codec_core_bench.cc custom_ops/core/{base3,golomb,kernels,threelc,zero_run}.cc \
+//       -o /tmp/codec_core_bench
+//   /tmp/codec_core_bench X.f32 E.f32 [reps] [block] [out_prefix]
+//
+// X.f32 / E.f32 hold n raw float32 values each (scripts/bench_codecs.py
+// --dump_input writes the benchmark's real-gradient input). reps = 0 runs one
+// compress and one decompress untimed (for callgrind). With out_prefix the
+// stream is written to out_prefix.code / .scales and the decompressed values
+// to out_prefix.out, to compare builds byte for byte.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "threelc.h"
+
+namespace {
+
+std::vector<float> Load(const char* path) {
+  FILE* f = std::fopen(path, "rb");
+  if (!f) {
+    std::fprintf(stderr, "cannot open %s\n", path);
+    std::exit(2);
+  }
+  std::fseek(f, 0, SEEK_END);
+  const long bytes = std::ftell(f);
+  std::fseek(f, 0, SEEK_SET);
+  std::vector<float> v(bytes / 4);
+  if (std::fread(v.data(), 4, v.size(), f) != v.size()) {
+    std::fprintf(stderr, "short read %s\n", path);
+    std::exit(2);
+  }
+  std::fclose(f);
+  return v;
+}
+
+void Save(const std::string& path, const void* p, size_t bytes) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  std::fwrite(p, 1, bytes, f);
+  std::fclose(f);
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Reads a buffer twice the last-level cache so the next call starts cold.
+struct Flusher {
+  std::vector<double> buf = std::vector<double>((64u << 20) / 8, 1.0);
+  double sink = 0;
+  void operator()() {
+    double s = 0;
+    for (double v : buf) s += v;
+    sink += s;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s X.f32 E.f32 [reps] [block] [out_prefix]\n", argv[0]);
+    return 2;
+  }
+  const std::vector<float> x = Load(argv[1]), e = Load(argv[2]);
+  const int reps = argc > 3 ? std::atoi(argv[3]) : 7;
+  const int64_t block = argc > 4 ? std::atoll(argv[4]) : 1000;
+  const char* prefix = argc > 5 ? argv[5] : nullptr;
+  const int64_t n = static_cast<int64_t>(std::min(x.size(), e.size()));
+  const tlc::Executor& exec = tlc::SerialExecutor();
+  std::vector<float> wx(n), we(n), out(n), copy(n), scales(tlc::NumScales(n, block));
+  std::vector<uint8_t> code;
+  tlc::ByteAllocator alloc = [&](int64_t size) {
+    code.resize(size);
+    return code.data();
+  };
+  auto compress = [&] {
+    tlc::Compress3LCResult r;
+    tlc::Status st = tlc::Compress3LC(wx.data(), we.data(), we.data(), n, 1.0f, block, true, exec,
+                                      alloc, scales.data(), &r);
+    if (!st.ok()) {
+      std::fprintf(stderr, "compress: %s\n", st.message().c_str());
+      std::exit(1);
+    }
+  };
+  auto decompress = [&] {
+    tlc::Status st = tlc::Decompress3LC(code.data(), static_cast<int64_t>(code.size()),
+                                        scales.data(), static_cast<int64_t>(scales.size()), n,
+                                        block, true, false, exec, out.data());
+    if (!st.ok()) {
+      std::fprintf(stderr, "decompress: %s\n", st.message().c_str());
+      std::exit(1);
+    }
+  };
+  std::memcpy(wx.data(), x.data(), 4 * n);
+  std::memcpy(we.data(), e.data(), 4 * n);
+  std::memset(out.data(), 0, 4 * n);
+  std::memset(copy.data(), 0, 4 * n);
+  if (reps == 0) {
+    compress();
+    decompress();
+  } else {
+    Flusher flush;
+    std::vector<double> t_copy, t_c, t_d;
+    for (int i = 0; i <= reps; ++i) {
+      std::memcpy(wx.data(), x.data(), 4 * n);
+      std::memcpy(we.data(), e.data(), 4 * n);
+      flush();
+      double t0 = Now();
+      std::memcpy(copy.data(), x.data(), 4 * n);
+      double t1 = Now();
+      flush();
+      double t2 = Now();
+      compress();
+      double t3 = Now();
+      flush();
+      double t4 = Now();
+      decompress();
+      double t5 = Now();
+      if (i) {
+        t_copy.push_back(t1 - t0);
+        t_c.push_back(t3 - t2);
+        t_d.push_back(t5 - t4);
+      }
+    }
+    auto best = [](std::vector<double> v) { return *std::min_element(v.begin(), v.end()); };
+    auto worst = [](std::vector<double> v) { return *std::max_element(v.begin(), v.end()); };
+    std::printf("n %lld  code %zu bytes (%.4f bits/value)\n", static_cast<long long>(n),
+                code.size(), (8.0 * code.size() + 32.0 * scales.size()) / n);
+    std::printf("memcpy     best %8.3f ms  worst %8.3f ms\n", 1e3 * best(t_copy),
+                1e3 * worst(t_copy));
+    std::printf("compress   best %8.3f ms  %.3fx memcpy\n", 1e3 * best(t_c),
+                best(t_copy) / best(t_c));
+    std::printf("decompress best %8.3f ms  %.3fx memcpy\n", 1e3 * best(t_d),
+                best(t_copy) / best(t_d));
+  }
+  if (prefix) {
+    // The stream of one compress of the original input, and its decoding.
+    std::memcpy(wx.data(), x.data(), 4 * n);
+    std::memcpy(we.data(), e.data(), 4 * n);
+    compress();
+    decompress();
+    Save(std::string(prefix) + ".code", code.data(), code.size());
+    Save(std::string(prefix) + ".scales", scales.data(), 4 * scales.size());
+    Save(std::string(prefix) + ".err", we.data(), 4 * n);
+    Save(std::string(prefix) + ".out", out.data(), 4 * n);
+  }
+  return 0;
+}
