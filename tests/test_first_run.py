@@ -4,6 +4,7 @@ TensorFlow start-up noise. Real scripts and processes throughout."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -76,8 +77,51 @@ def test_setup_fast_path_imports_no_tensorflow(no_tensorflow):
     assert proc.stdout.splitlines()[-1].endswith(("python3", "python"))
 
 
+def test_setup_console_is_one_line_per_step_with_apt_output_in_the_log(tmp_path):
+    """A copy of the checkout (built, stamps current) on a PATH without `ip`:
+    setup.sh's apt steps run a stand-in apt-get that prints 300 lines and
+    takes a while; the console shows one line per step plus "still" lines,
+    build/setup.log the 600 lines. Bazel is not asked for."""
+    subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, check=True, capture_output=True,
+                   timeout=3600)
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT, copy, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "runs", "__pycache__", "temp.*", "lib.*", "setup.log"))
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("bash", "dirname", "mkdir", "date", "sleep", "tail", "id", "sha256sum", "cut",
+                 "cat", "find", "sort", "ls", "nproc", "tee", "grep", "env", "g++", "rm"):
+        os.symlink(shutil.which(tool), tools / tool)
+    release = tmp_path / "release"  # the stand-in apt-get runs until this file exists
+    (tools / "apt-get").write_text(
+        "#!/bin/bash\necho \"$*\" >> %s\nfor i in $(seq 300); do echo \"Unpacking $i\"; done\n"
+        "while [ ! -e %s ]; do sleep 0.05; done\n" % (tmp_path / "apt-calls", release))
+    (tools / "apt-get").chmod(0o755)
+    os.symlink(shutil.which("seq"), tools / "seq")
+    proc = subprocess.Popen(["bash", "scripts/setup.sh"], cwd=copy, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PATH": str(tools), "PYTHON": sys.executable,
+                                 "TLC_PROGRESS_SECS": "0.2"})
+    console = []
+    for line in proc.stderr:  # released once the first step has said it is still running
+        console.append(line.rstrip("\n"))
+        if line.startswith("setup: still apt-get"):
+            release.touch()
+    proc.wait(300)
+    assert proc.returncode == 0, console
+    steps = [line for line in console if not line.startswith("setup: still ")]
+    assert steps == ["setup: apt-get update", "setup: apt-get install iproute2"], console
+    assert any(line.startswith("setup: still apt-get update (") for line in console), console
+    calls = (tmp_path / "apt-calls").read_text().splitlines()
+    assert calls == ["update", "install -y --no-install-recommends iproute2"]  # no bazel
+    log = (copy / "build" / "setup.log").read_text()
+    assert log.count("Unpacking") == 600 and "=== " in log
+
+
 def test_build_is_parallel_with_a_line_per_file(tmp_path):
-    """The build of a copy of the sources: every object file announced once."""
+    """The build of a copy of the sources: every object file announced once,
+    each link too; with a 0.2 s progress interval, "still compiling" lines
+    name files (TensorFlow's headers alone take seconds)."""
     for name in ("setup.py", "custom_ops", "tlc"):
         src = os.path.join(ROOT, name)
         dst = tmp_path / name
@@ -88,7 +132,8 @@ def test_build_is_parallel_with_a_line_per_file(tmp_path):
     for so in (tmp_path / "tlc").glob("*.so"):
         so.unlink()
     proc = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=3600)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=3600,
+                          env={**os.environ, "TLC_PROGRESS_SECS": "0.2"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     progress = re.findall(r"^setup: \[(\d+)/(\d+)\] compiling (\S+) \((\S+)\)$", proc.stderr,
                           re.MULTILINE)
@@ -100,7 +145,11 @@ def test_build_is_parallel_with_a_line_per_file(tmp_path):
     assert sorted(f for _, _, f, ext in progress if ext == "tlc._codec") == \
         sorted(core + ["custom_ops/python/codec_module.cc"])
     assert sorted(f for _, _, f, ext in progress if ext == "tlc._tlc_ops") == \
-        sorted(core + ["custom_ops/tf/kernels.cc", "custom_ops/tf/ops.cc"])
+        sorted(core + [s for s in sources if "/tf/" in s])
+    assert re.search(r"^setup: still compiling custom_ops/\S+\.cc \(tlc\._\w+\) \d+ s",
+                     proc.stderr, re.MULTILINE), proc.stderr
+    for library in ("_tlc_ops.so (tlc._tlc_ops)", "_codec"):
+        assert f"setup: linking {library}" in proc.stderr, proc.stderr
     assert (tmp_path / "tlc" / "_tlc_ops.so").exists()
     assert list((tmp_path / "tlc").glob("_codec*.so"))
 
