@@ -39,6 +39,12 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             if time.time() > deadline:
                 raise RuntimeError("tlc: model variables were never initialised by the chief")
             time.sleep(0.2)
+        if self.chief_update_session is not None:
+            # The previous session's update may still wait on the PS (its
+            # closer gives it 5 s): cancel it now, before two updates take
+            # the same accumulators and before reading whether it died inside.
+            self.chief_update_session.close()
+            self.chief_update_session = None
         interrupted = self._is_chief and session.run(self._ops.update_interrupted)
         if self._is_chief:
             restored_at = session.run(self._ops.fresh_state_at)
