@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -175,6 +176,7 @@ def test_stdout_is_progress_then_a_short_summary(short_run):
     summary = lines[start:]
     assert len(summary) <= report.MAX_LINES, summary
     assert any(line.startswith("step ") for line in lines[:start])
+    assert lines[0].startswith("tlc: launching 1 ps + 2 workers (3lc s=1.00 "), lines[0]
     text = "\n".join(summary)
     for what in ("test accuracy", "pushed per step", "pulled per step", "compression ratio",
                  "wall time", "run directory", "summary", "checkpoints", "plots"):
@@ -256,3 +258,32 @@ def test_quiet_import_drops_only_the_start_up_notices():
                "operations are on. You may see slightly different numerical results.\n")
     real = "E0000 00:00:1.0 1 op_kernel.cc:1] something broke\nTraceback (most recent call last):\n"
     assert quiet.drop_notices(notices + real + notices) == real
+
+
+def test_step_time_line_prints_a_phase_a_hair_below_zero_as_0():
+    # Seen in a run: the chief's update phases are differences of stamps.
+    breakdown = {"worker": {"compute": 0.0121, "push_and_wait": 0.0402, "pull_apply": 0.0035,
+                            "push_compress": 0.0011},
+                 "update": {"ps_decompress_accumulate": 0.0009, "ps_update": -0.0002,
+                            "pull_compress": 0.0007}}
+    line = report.step_time_line(breakdown)
+    assert "-0" not in line and "PS update 0" in line, line
+    assert line.startswith("  step time (ms)     56 = compute 12, push+wait 40, pull+apply 4"), line
+
+
+def test_launch_line_says_the_compression_and_its_s():
+    spec = {"ps": ["a:1"], "worker": ["b:1", "c:1"]}
+
+    def flags(**values):
+        base = {"sync": "tlc", "compressor": "3lc", "sparsity_multiplier": 1.0,
+                "pull_compressor": None, "pull_sparsity_multiplier": None, "scaling": "tensor",
+                "dataset": "fashion_mnist"}
+        return types.SimpleNamespace(**{**base, **values})
+
+    assert report.launch_line(spec, flags(), "/r") == \
+        "tlc: launching 1 ps + 2 workers (3lc s=1.00 tensor, fashion_mnist); logs in /r"
+    assert "(3lc s=1.75 block, pulls 3lc s=1.00 block, " in report.launch_line(
+        spec, flags(sparsity_multiplier=1.75, pull_sparsity_multiplier=1.0, scaling="block"), "/r")
+    assert "(float32, " in report.launch_line(spec, flags(compressor="float32"), "/r")
+    assert "(TensorFlow's SyncReplicasOptimizer, float32, " in report.launch_line(
+        spec, flags(sync="tf"), "/r")

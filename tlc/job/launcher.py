@@ -251,8 +251,8 @@ def launch(flags, argv=None, spec=None):
         prefix = None
         if net is not None:
             prefix = lambda job, index: net.command_prefix(order.index((job, index)))  # noqa: E731
-        print(f"tlc: launching {len(spec['ps'])} ps + {len(spec['worker'])} workers "
-              f"({flags.compressor}, {flags.dataset}); logs in {logdir}", flush=True)
+        from tlc.job import report  # pylint: disable=import-outside-toplevel
+        print(report.launch_line(spec, flags, logdir), flush=True)
         start = time.time()
         rate_changes = []
         stop_changes = (_schedule_rate_changes(net, flags.netem_rate_changes, start, rate_changes,

@@ -77,10 +77,38 @@ def step_time_line(breakdown):
     if not breakdown or not breakdown.get("worker"):
         return None
     worker, update = breakdown["worker"], breakdown.get("update") or {}
-    parts = [f"{PHASE_LABELS[k]} {1000 * v:.0f}" for k, v in {**worker, **update}.items()]
-    total = sum(list(worker.values())[:3])
+    # A phase is the difference of two clocks' stamps; one a hair below zero
+    # (-0.0002 s) printed as "-0": it is 0.
+    parts = [f"{PHASE_LABELS[k]} {1000 * max(0.0, v):.0f}"
+             for k, v in {**worker, **update}.items()]
+    total = sum(max(0.0, v) for v in list(worker.values())[:3])
     return f"  step time (ms)     {1000 * total:.0f} = " + ", ".join(parts[:3]) + \
         " (in them: " + ", ".join(parts[3:]) + ")"
+
+
+def launch_line(spec, flags, logdir):
+    """The launcher's first line: the cluster, what compresses how (with s), the data."""
+    return (f"tlc: launching {len(spec['ps'])} ps + {len(spec['worker'])} workers "
+            f"({compression(flags)}, {flags.dataset}); logs in {logdir}")
+
+
+def compression(flags):
+    """E.g. '3lc s=1.75 block, pulls s=1.00' or 'float32': the push, then the pull if it differs."""
+    if getattr(flags, "sync", "tlc") == "tf":
+        return "TensorFlow's SyncReplicasOptimizer, float32"
+    push = _compressor(flags.compressor, flags.sparsity_multiplier, flags)
+    pull_name = getattr(flags, "pull_compressor", None) or flags.compressor
+    pull_s = getattr(flags, "pull_sparsity_multiplier", None)
+    pull = _compressor(pull_name, flags.sparsity_multiplier if pull_s is None else pull_s, flags)
+    return push if pull == push else f"{push}, pulls {pull}"
+
+
+def _compressor(name, s, flags):
+    if name == "3lc":
+        return f"3lc s={s:.2f} {getattr(flags, 'scaling', 'tensor')}"
+    if name == "3lc_auto":
+        return "3lc s chosen live"
+    return name
 
 
 def _bytes(n):
