@@ -91,5 +91,167 @@ def test_a_part_that_does_not_fit_its_dtype_names_the_message_and_part():
     with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
         packed = message.pack([tf.zeros([3], tf.uint8)])
         out = message.unpack(packed, [(tf.float32, None)], WHAT)
-        with pytest.raises(tf.errors.InvalidArgumentError, match=f"tlc: {WHAT}: part 0"):
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:
             sess.run(out)
+    assert tf_error_line(raised.value).startswith(f"tlc: {WHAT}: step message of 19 bytes: part 0 ")
+
+
+def tf_error_line(error):
+    """The one line of a TF error that is tlc's (the rest is TF's node trace)."""
+    lines = [line.strip() for line in error.message.splitlines() if "tlc: " in line]
+    assert len(lines) == 1, error.message
+    return lines[0][lines[0].index("tlc: "):]
+
+
+def expected_error(case, size):
+    """What each malformed() case must say, after `tlc: WHAT: step message of N bytes: `."""
+    head = 8 + 8 * len(PARTS)
+    if case.startswith("cut to "):
+        n = int(case.split()[2])
+        if n < 8:
+            return "shorter than its 8-byte header"
+        if n < head:
+            return f"its table of {len(PARTS)} part lengths is cut off"
+        return "runs past the end"
+    return {"wrong magic": "does not start with the magic bytes 'TLM'",
+            "version 2": "version 2, this build reads version 1",
+            "one part more": f"holds {len(PARTS) + 1} parts, expected {len(PARTS)}",
+            "one part less": f"holds {len(PARTS) - 1} parts, expected {len(PARTS)}",
+            "huge count": f"holds {0xFFFFFFFF} parts, expected {len(PARTS)}",
+            "length past the end": f"part 0 of {1 << 62} bytes runs past the end",
+            "trailing bytes": "1 bytes after the last part"}[case]
+
+
+@pytest.mark.parametrize("case", sorted(malformed()))
+def test_each_malformation_is_named_and_both_front_ends_say_the_same(case):
+    data = malformed()[case]
+    with pytest.raises(ValueError) as python_error:
+        _codec.unpack_message(data, len(PARTS), WHAT)
+    with pytest.raises(tf.errors.InvalidArgumentError) as tf_error:
+        tf_unpack(data, len(PARTS))
+    text = str(python_error.value)
+    assert text.startswith(f"tlc: {WHAT}: step message of {len(data)} bytes: "), text
+    assert expected_error(case, len(data)) in text, text
+    assert tf_error_line(tf_error.value) == text
+
+
+def test_every_truncation_of_a_message_with_zero_and_large_parts_is_refused():
+    parts = [b"", bytes(range(256)) * 300, b"", b"\x01"]
+    good = _codec.pack_message(parts)
+    assert _codec.unpack_message(good, 4, WHAT) == parts
+    for n in range(len(good)):
+        with pytest.raises(ValueError, match=f"^tlc: {WHAT}: step message of {n} bytes: "):
+            _codec.unpack_message(good[:n], 4, WHAT)
+
+
+def run_unpack(parts, specs):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        return sess.run(message.unpack(message.pack(parts), specs, WHAT))
+
+
+@pytest.mark.parametrize("parts, specs, error", [
+    ([np.zeros([3], np.uint8)], [(tf.float32, None)],
+     "part 0 holds 3 bytes, not a whole number of 4-byte values"),
+    ([np.zeros([4], np.uint8), np.zeros([2], np.float32)], [(tf.uint8, [4]), (tf.float32, [3])],
+     "part 1 holds 8 bytes, its shape needs 12"),
+    ([np.zeros([2, 3], np.float16)], [(tf.float16, [3, 3])],
+     "part 0 holds 12 bytes, its shape needs 18"),
+    ([np.zeros([6], np.int8)], [(tf.int64, None)],
+     "part 0 holds 6 bytes, not a whole number of 8-byte values"),
+    ([np.zeros([], np.int64)], [(tf.int64, [])], None),
+    ([np.zeros([5], bool)], [(tf.bool, [5])], None),
+])
+def test_unpack_checks_each_part_against_its_spec_in_one_line(parts, specs, error):
+    if error is None:
+        run_unpack(parts, specs)
+        return
+    with pytest.raises(tf.errors.InvalidArgumentError) as tf_error:
+        run_unpack(parts, specs)
+    size = 8 + 8 * len(parts) + sum(p.nbytes for p in parts)
+    assert tf_error_line(tf_error.value) == f"tlc: {WHAT}: step message of {size} bytes: {error}"
+
+
+@pytest.mark.parametrize("spec, error", [
+    ((tf.string, None), "part 1: dtype string cannot travel in a step message"),
+    ((tf.float32, [None, 2]), "part 1: shape (None, 2) is not fully defined"),
+    ((tf.float32,), "part 1: spec must be (dtype, shape or None)"),
+])
+def test_bad_specs_fail_when_the_graph_is_built(spec, error):
+    with tf.Graph().as_default():
+        packed = message.pack([tf.zeros([2]), tf.zeros([2])])
+        with pytest.raises(ValueError) as raised:
+            message.unpack(packed, [(tf.float32, [2]), spec], WHAT)
+    assert str(raised.value).startswith(f"tlc: {WHAT}: {error}"), raised.value
+    assert "\n" not in str(raised.value)
+
+
+def test_pack_refuses_a_string_tensor_naming_the_part():
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError, match="^tlc: step message part 1: dtype string "):
+            message.pack([tf.zeros([2]), tf.constant(["a"])])
+
+
+def test_unpack_op_refuses_size_lists_of_the_wrong_length():
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        packed = ops.pack_message([tf.zeros([4], tf.uint8)] * 2)
+        parts = ops.unpack_message(packed, 2, WHAT, part_bytes=[4])
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+            sess.run(parts)
+    assert tf_error_line(raised.value) == (
+        f"tlc: {WHAT}: part_bytes and item_bytes need 2 entries (one per part) or none, got 1")
+
+
+SHAPES = {"matrix": [3, 5], "scalar": [], "empty": [0, 4], "large": [1 << 19, 3]}
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16, tf.bfloat16, tf.float64, tf.int8,
+                                   tf.int16, tf.uint16, tf.int32, tf.uint32, tf.int64,
+                                   tf.uint64, tf.uint8, tf.bool, tf.complex64])
+def test_static_shapes_and_large_parts_come_back_bit_for_bit(dtype):
+    rng = np.random.default_rng(1)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        tensors = []
+        for shape in SHAPES.values():
+            raw = rng.integers(0, 256, int(np.prod(shape)) * max(dtype.size, 1), np.uint8)
+            raw = tf.constant(raw)
+            if dtype == tf.bool:
+                tensors.append(tf.reshape(tf.equal(raw % 2, 1), shape))
+            elif dtype.size == 1:
+                tensors.append(tf.reshape(tf.bitcast(raw, dtype), shape))
+            else:
+                tensors.append(tf.reshape(tf.bitcast(tf.reshape(raw, [-1, dtype.size]), dtype),
+                                          shape))
+        packed = message.pack(tensors)
+        out = message.unpack(packed, [(dtype, shape) for shape in SHAPES.values()], WHAT)
+        for got, shape in zip(out, SHAPES.values()):
+            assert got.dtype == dtype and got.shape.as_list() == shape  # static shape
+        got, want, packed_bytes = sess.run([out, tensors, packed])
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.tobytes() == w.tobytes()
+    # The bytes are the tensors' memory, as the pybind module packs them.
+    assert packed_bytes.tobytes() == _codec.pack_message([w.tobytes() for w in want])
+
+
+def test_zero_parts():
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        packed = message.pack([])
+        assert message.unpack(packed, [], WHAT) == []
+        assert sess.run(packed).tobytes() == b"TLM\x01" + bytes(4)
+
+
+def test_ops_are_placed_by_the_callers_device_scope():
+    worker, ps = "/job:worker/task:1/device:CPU:0", "/job:ps/task:0/device:CPU:0"
+    with tf.Graph().as_default() as graph:
+        x = tf.zeros([4])
+        with tf.device(worker):
+            before = set(graph.get_operations())
+            packed = message.pack([x, tf.zeros([2], tf.int64)])
+            pack_ops = set(graph.get_operations()) - before
+        with tf.device(ps):
+            before = set(graph.get_operations())
+            message.unpack(packed, [(tf.float32, [4]), (tf.int64, None)], WHAT)
+            unpack_ops = set(graph.get_operations()) - before
+    assert packed.op.type == "TlcPackMessage"
+    assert {op.device for op in pack_ops if op.type != "Const"} == {worker}
+    assert "TlcUnpackMessage" in {op.type for op in unpack_ops}
+    assert {op.device for op in unpack_ops if op.type != "Const"} == {ps}

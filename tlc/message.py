@@ -1,49 +1,94 @@
-"""Tensors of any numeric dtype in one step message (docs/FORMAT.md) and
-back: each part is its tensor's bytes (little-endian, as in memory)."""
+"""Tensors of any numeric dtype in one step message (docs/FORMAT.md 6.1) and
+back: each part is its tensor's bytes (little-endian, as in memory; bool as
+one byte 0/1), flattened in row-major order.
+
+Both functions only create ops, in the caller's graph and device scope: pack
+on the sender's device, unpack on the receiver's.
+"""
+import sys
+
 import tensorflow as tf
 
 from tlc import ops
 
+if sys.byteorder != "little":  # parts are defined as little-endian bytes
+    raise ImportError("tlc.message: step messages need a little-endian host")
 
-def _as_bytes(tensor):
+# tf.bitcast's types; bool travels through a cast (one byte, 0 or 1).
+_BITCAST = frozenset([tf.bfloat16, tf.float16, tf.float32, tf.float64, tf.int8, tf.int16,
+                      tf.int32, tf.int64, tf.uint8, tf.uint16, tf.uint32, tf.uint64,
+                      tf.complex64, tf.complex128])
+
+
+def _check_dtype(dtype, where):
+    dtype = tf.as_dtype(dtype)
+    if dtype != tf.bool and dtype not in _BITCAST:
+        raise ValueError(f"{where}: dtype {dtype.name} cannot travel in a step message "
+                         "(numeric or bool only)")
+    return dtype
+
+
+def _as_bytes(tensor, index):
     tensor = tf.convert_to_tensor(tensor)
-    if tensor.dtype == tf.bool:
-        return tf.reshape(tf.cast(tensor, tf.uint8), [-1])
-    if tensor.dtype == tf.uint8:
-        return tf.reshape(tensor, [-1])
-    return tf.reshape(tf.bitcast(tf.reshape(tensor, [-1]), tf.uint8), [-1])
+    dtype = _check_dtype(tensor.dtype, f"tlc: step message part {index}")
+    flat = tf.reshape(tensor, [-1])
+    if dtype == tf.bool:
+        return tf.cast(flat, tf.uint8)
+    if dtype == tf.uint8:
+        return flat
+    return tf.reshape(tf.bitcast(flat, tf.uint8), [-1])
 
 
 def pack(tensors):
-    """A uint8 vector holding every tensor's bytes, on the current device."""
-    return ops.pack_message([_as_bytes(t) for t in tensors])
+    """A uint8 vector (one TlcPackMessage op) holding every tensor's bytes,
+    in order. `tensors`: a list of tensors (or values convertible to one) of
+    any numeric dtype or bool, any shape."""
+    return ops.pack_message([_as_bytes(t, i) for i, t in enumerate(tensors)])
+
+
+def _spec(spec, index, what):
+    """(dtype, static shape or None, bytes per value) of one part's spec."""
+    where = f"tlc: {what}: part {index}"
+    try:
+        dtype, shape = spec
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: spec must be (dtype, shape or None), got {spec!r}") from None
+    dtype = _check_dtype(dtype, where)
+    if shape is not None:
+        shape = tf.TensorShape(shape)
+        if not shape.is_fully_defined():
+            raise ValueError(f"{where}: shape {shape} is not fully defined "
+                             "(give every dimension, or None for a vector of any length)")
+    return dtype, shape, 1 if dtype == tf.bool else dtype.size
 
 
 def unpack(message, specs, what):
-    """The tensors pack() was given. specs: (dtype, shape or None) for each;
-    a part whose size does not fit its dtype or shape fails naming `what`
-    and the part."""
-    parts = ops.unpack_message(message, len(specs), what)
+    """The tensors pack() was given, from a uint8 vector `message`.
+
+    specs: one (dtype, shape or None) per part. With a shape, the part comes
+    back with that static shape; with None, as a vector of however many
+    values it holds. `what` names the message in every error (e.g.
+    "push message of ps 0 (/job:ps/task:0)"). A malformed message, or a part
+    whose length is not a whole number of its dtype's values or not its
+    shape's, fails at run time with one InvalidArgumentError line
+    `tlc: <what>: step message of N bytes: part I ...`; a bad spec raises
+    ValueError here.
+    """
+    specs = [_spec(spec, i, what) for i, spec in enumerate(specs)]
+    part_bytes = [-1 if shape is None else shape.num_elements() * size
+                  for _, shape, size in specs]
+    item_bytes = [size for _, _, size in specs]
+    parts = ops.unpack_message(message, len(specs), what, part_bytes=part_bytes,
+                               item_bytes=item_bytes)
     out = []
-    for index, (part, (dtype, shape)) in enumerate(zip(parts, specs)):
-        dtype = tf.as_dtype(dtype)
-        size = 1 if dtype in (tf.bool, tf.uint8) else dtype.size
-        count = None if shape is None else tf.TensorShape(shape).num_elements()
-        where = f"tlc: {what}: part {index} ({dtype.name})"
-        if count is not None:
-            checked = tf.debugging.assert_equal(
-                tf.size(part), count * size,
-                message=f"{where} should be {count * size} bytes")
+    for part, (dtype, shape, size) in zip(parts, specs):
+        if dtype == tf.bool:
+            value = tf.cast(part, tf.bool)
+        elif dtype == tf.uint8:
+            value = part
+        elif size == 1:
+            value = tf.bitcast(part, dtype)
         else:
-            checked = tf.debugging.assert_equal(
-                tf.math.floormod(tf.size(part), size), 0,
-                message=f"{where} is not a whole number of values")
-        with tf.control_dependencies([checked]):
-            if dtype == tf.bool:
-                value = tf.cast(part, tf.bool)
-            elif dtype == tf.uint8:
-                value = tf.identity(part)
-            else:
-                value = tf.bitcast(tf.reshape(part, [-1, size]), dtype)
-        out.append(tf.reshape(value, shape) if count is not None else tf.reshape(value, [-1]))
+            value = tf.bitcast(tf.reshape(part, [-1, size]), dtype)
+        out.append(tf.reshape(value, shape if shape is not None else [-1]))
     return out

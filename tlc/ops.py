@@ -82,7 +82,10 @@ def pack_message(parts, name=None):
     return _ops.tlc_pack_message(parts, name=name)
 
 
-def unpack_message(message, num_parts, what, name=None):
+def unpack_message(message, num_parts, what, part_bytes=(), item_bytes=(), name=None):
     """The `num_parts` uint8 vectors of a step message; a malformed message
-    fails in one line naming `what`."""
-    return _ops.tlc_unpack_message(message, num_parts=num_parts, what=what, name=name)
+    fails in one line naming `what`. Optional, one entry per part: its exact
+    byte count (-1: any) and the byte size of one of its values."""
+    return _ops.tlc_unpack_message(message, num_parts=num_parts, what=what,
+                                   part_bytes=list(part_bytes), item_bytes=list(item_bytes),
+                                   name=name)

@@ -83,5 +83,25 @@ Status Parse(const uint8_t* data, size_t size, size_t expected_parts, std::vecto
   return Status::Ok();
 }
 
+Status CheckPartSizes(const std::vector<Span>& spans, size_t size,
+                      const std::vector<int64_t>& part_bytes,
+                      const std::vector<int64_t>& item_bytes) {
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const uint64_t length = spans[i].length;
+    if (i < item_bytes.size() && item_bytes[i] > 1 &&
+        length % static_cast<uint64_t>(item_bytes[i]) != 0) {
+      return Invalid(size, "part " + std::to_string(i) + " holds " + std::to_string(length) +
+                               " bytes, not a whole number of " + std::to_string(item_bytes[i]) +
+                               "-byte values");
+    }
+    if (i < part_bytes.size() && part_bytes[i] >= 0 &&
+        length != static_cast<uint64_t>(part_bytes[i])) {
+      return Invalid(size, "part " + std::to_string(i) + " holds " + std::to_string(length) +
+                               " bytes, its shape needs " + std::to_string(part_bytes[i]));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace message
 }  // namespace tlc

@@ -37,6 +37,15 @@ void Pack(const std::vector<const uint8_t*>& parts, const std::vector<size_t>& l
 // outside [data, data + size).
 Status Parse(const uint8_t* data, size_t size, size_t expected_parts, std::vector<Span>* spans);
 
+// Checks each parsed part's length against what the receiver expects of it:
+// part_bytes[i] >= 0 is its exact length, -1 any; the length must be a
+// multiple of item_bytes[i] (>= 1, the size of one value of the part's
+// dtype). Either vector may be empty (no check). `size` is the message's,
+// for the error text.
+Status CheckPartSizes(const std::vector<Span>& spans, size_t size,
+                      const std::vector<int64_t>& part_bytes,
+                      const std::vector<int64_t>& item_bytes);
+
 }  // namespace message
 }  // namespace tlc
 

@@ -33,6 +33,10 @@ REGISTER_OP("TlcUnpackMessage")
     .Input("message: uint8")
     .Attr("num_parts: int >= 0")
     .Attr("what: string")
+    // Optional, empty or one entry per part (core/message.h, CheckPartSizes):
+    // a part's exact byte count (-1: any) and its value size.
+    .Attr("part_bytes: list(int) = []")
+    .Attr("item_bytes: list(int) = []")
     .Output("parts: num_parts * uint8")
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < c->num_outputs(); ++i) {
@@ -66,6 +70,19 @@ class UnpackMessageOp : public OpKernel {
   explicit UnpackMessageOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_parts", &num_parts_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("what", &what_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("part_bytes", &part_bytes_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("item_bytes", &item_bytes_));
+    for (const auto* list : {&part_bytes_, &item_bytes_}) {
+      OP_REQUIRES(ctx, list->empty() || list->size() == static_cast<size_t>(num_parts_),
+                  ::tensorflow::errors::InvalidArgument(
+                      "tlc: ", what_, ": part_bytes and item_bytes need ", num_parts_,
+                      " entries (one per part) or none, got ", list->size()));
+    }
+    for (int64_t item : item_bytes_) {
+      OP_REQUIRES(ctx, item >= 1,
+                  ::tensorflow::errors::InvalidArgument("tlc: ", what_,
+                                                        ": item_bytes must be >= 1, got ", item));
+    }
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -79,6 +96,10 @@ class UnpackMessageOp : public OpKernel {
     const Status parsed = message::Parse(data, input.NumElements(), num_parts_, &spans);
     OP_REQUIRES(ctx, parsed.ok(),
                 ::tensorflow::errors::InvalidArgument("tlc: ", what_, ": ", parsed.message()));
+    const Status sized =
+        message::CheckPartSizes(spans, input.NumElements(), part_bytes_, item_bytes_);
+    OP_REQUIRES(ctx, sized.ok(),
+                ::tensorflow::errors::InvalidArgument("tlc: ", what_, ": ", sized.message()));
     for (int i = 0; i < num_parts_; ++i) {
       Tensor* out = nullptr;
       OP_REQUIRES_OK(ctx, ctx->allocate_output(
@@ -92,6 +113,8 @@ class UnpackMessageOp : public OpKernel {
  private:
   int num_parts_;
   std::string what_;
+  std::vector<int64_t> part_bytes_;
+  std::vector<int64_t> item_bytes_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("TlcPackMessage").Device(::tensorflow::DEVICE_CPU), PackMessageOp);
