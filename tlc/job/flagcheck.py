@@ -7,8 +7,8 @@ A refusal is one line on stderr and exit code 2, never absl's usage text.
 """
 import sys
 
-# tlc.compressors.names() without importing TensorFlow (tests/test_flagcheck.py
-# checks that the two agree).
+# tlc.compressors.names() without importing TensorFlow
+# (tests/test_first_run.py::test_static_names_match_the_registries checks that they agree).
 COMPRESSOR_NAMES = ("3lc", "3lc_auto", "aqgb", "aqgb_auto", "float32", "int8", "local2",
                     "mqe1bit", "sbc", "sparsify5", "ternary_stochastic", "variance")
 # tlc.job.models.MODELS and tlc.job.data.DATASETS (also checked by the tests).
@@ -99,15 +99,40 @@ def errors(flags):
     return found
 
 
+def compressor_from_flags(name, flags, sparsity_multiplier=None):
+    """Builds the compressor a flag names, with its flag-given parameters
+    (3LC's s: `sparsity_multiplier` if given, else --sparsity_multiplier).
+    Imports TensorFlow (through tlc.compressors)."""
+    from tlc import compressors  # pylint: disable=import-outside-toplevel
+    kwargs = parse_compressor_args(flags.compressor_args)
+    if name in ("3lc", "3lc_auto"):
+        kwargs.setdefault("sparsity_multiplier", sparsity_multiplier or flags.sparsity_multiplier)
+        kwargs.setdefault("adaptive", flags.adaptive)
+        kwargs.setdefault("scaling", flags.scaling)
+        kwargs.setdefault("block_size", flags.block_size)
+    try:
+        return compressors.create(name, **kwargs)
+    except TypeError as e:
+        raise ValueError(f"--compressor_args do not fit compressor {name!r}: {e}") from e
+
+
+def pull_compressor_from_flags(flags):
+    """The model pull's compressor, or None for the push's. With
+    --pull_sparsity_multiplier the pull is its own 3LC instance at that s."""
+    name = flags.pull_compressor
+    if name is None and flags.pull_sparsity_multiplier is None:
+        return None
+    return compressor_from_flags(name or flags.compressor, flags, flags.pull_sparsity_multiplier)
+
+
 def compressor_errors(flags):
     """Builds the named compressors with their --compressor_args (imports TensorFlow)."""
-    from tlc.job import task  # pylint: disable=import-outside-toplevel
     found = []
     for flag in ("compressor", "pull_compressor"):
         name = getattr(flags, flag)
         if name is not None:
             try:
-                task.compressor_from_flags(name, flags)
+                compressor_from_flags(name, flags)
             except ValueError as e:
                 found.append(f"--{flag}={name}: {e}")
     return found
@@ -122,7 +147,7 @@ def refuse(problems):
 def main(argv):
     """Parses argv[1:] with the main job's flags; refuses bad ones, else says nothing."""
     from absl import flags as absl_flags  # pylint: disable=import-outside-toplevel
-    from tlc.job import main as job  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    from tlc.job import flags as job_flags  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     if any(arg.split("=")[0] in HELP_FLAGS for arg in argv[1:]):
         return 0  # the main job prints the help
     try:

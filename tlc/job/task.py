@@ -9,10 +9,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.util import deprecation  # pylint: disable=no-name-in-module
 
-from tlc import compressors, moments, placement, replica
+from tlc import moments, placement, replica
 from tlc.job import autotune, data, models, plots, watchdog
 from tlc.job import cluster as cl
-from tlc.job.flagcheck import parse_compressor_args
+from tlc.job.flagcheck import compressor_from_flags, pull_compressor_from_flags
 from tlc.job.stock import StockSync
 from tlc.optimizer import SyncReplicasOptimizer
 from tlc.optimizer.recovery import ModelLostError
@@ -85,31 +85,6 @@ def _error_summary(error):
     where = f" (op {error.op.name})" if error.op is not None else ""
     return "; ".join(dict.fromkeys(text)) + where
 
-
-
-
-def compressor_from_flags(name, flags, sparsity_multiplier=None):
-    """Builds the compressor a flag names, with its flag-given parameters
-    (3LC's s: `sparsity_multiplier` if given, else --sparsity_multiplier)."""
-    kwargs = parse_compressor_args(flags.compressor_args)
-    if name in ("3lc", "3lc_auto"):
-        kwargs.setdefault("sparsity_multiplier", sparsity_multiplier or flags.sparsity_multiplier)
-        kwargs.setdefault("adaptive", flags.adaptive)
-        kwargs.setdefault("scaling", flags.scaling)
-        kwargs.setdefault("block_size", flags.block_size)
-    try:
-        return compressors.create(name, **kwargs)
-    except TypeError as e:
-        raise ValueError(f"--compressor_args do not fit compressor {name!r}: {e}") from e
-
-
-def pull_compressor_from_flags(flags):
-    """The model pull's compressor, or None for the push's. With
-    --pull_sparsity_multiplier the pull is its own 3LC instance at that s."""
-    name = flags.pull_compressor
-    if name is None and flags.pull_sparsity_multiplier is None:
-        return None
-    return compressor_from_flags(name or flags.compressor, flags, flags.pull_sparsity_multiplier)
 
 
 def make_inner_optimizer(flags):
