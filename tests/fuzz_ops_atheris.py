@@ -1,13 +1,16 @@
 """Atheris fuzzing of every decoder through both front ends: the TF ops (tlc.ops)
-and the numpy module (tlc.codec).
+and the numpy module (tlc.codec; the step message through tlc._codec).
 
     PYTHONPATH=. python3 tests/fuzz_ops_atheris.py -atheris_runs=2000 [libFuzzer flags]
+    TLC_ATHERIS_DECODERS=unpack_message PYTHONPATH=. python3 tests/fuzz_ops_atheris.py ...
 
 Each input picks a decoder and its arguments; half the time the code is a
 valid one from the encoders with a few bytes edited. Both front ends must
 agree: both reject the input with a clean error (ValueError /
 tf.errors.InvalidArgumentError) or both return the same values, and a
-successful 3LC decode holds only finite values in {-m, 0, +m}. Any other
+successful 3LC decode holds only finite values in {-m, 0, +m}; a step message
+that decodes packs back to the same bytes, and one that does not is refused in
+one line naming it, the same line from both front ends. Any other
 exception, or a crash in the C++ core, stops the run with a non-zero exit.
 Only the Python layer is instrumented; the C++ core is covered by
 custom_ops/fuzz under sanitizers (scripts/ci_fuzz.sh).
@@ -23,10 +26,16 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402  (imported before instrumenting: TF is huge)
 
 with atheris.instrument_imports():
-    from tlc import codec, ops
+    from tlc import _codec, codec, ops
 
 DECODERS = ("decompress", "decompress_adaptive", "accumulate", "accumulate_adaptive",
-            "unpack_base3", "zre_decode", "golomb_decode", "decompress_block", "accumulate_block")
+            "unpack_base3", "zre_decode", "golomb_decode", "decompress_block", "accumulate_block",
+            "unpack_message")
+# TLC_ATHERIS_DECODERS=a,b fuzzes only those (e.g. unpack_message).
+DECODERS = tuple(os.environ.get("TLC_ATHERIS_DECODERS", "").split(",")) if os.environ.get(
+    "TLC_ATHERIS_DECODERS") else DECODERS
+MESSAGE = "push message of ps 0 (/job:ps/task:0)"  # `what` of unpack_message
+MAX_PARTS = 40
 # Block decoders (adaptive payloads, docs/FORMAT.md 1.1): block sizes, 7 and 0 invalid there.
 BLOCK_SIZES = (5, 10, 250, 1000, 7, 0)
 # No subnormal scale: TF runs kernels with denormals flushed to zero (FTZ/DAZ),
@@ -66,6 +75,10 @@ def valid_code(name, fdp, block=0):
     n = int(rng.integers(0, 3000))
     x = rng.standard_normal(n).astype(np.float32)
     x[rng.random(n) < rng.random()] = 0.0
+    if name == "unpack_message":  # parts of 0 to ~300 bytes, some empty
+        parts = [rng.bytes(int(rng.integers(0, 300)) * int(rng.random() < 0.8))
+                 for _ in range(int(rng.integers(0, MAX_PARTS + 1)))]
+        return np.frombuffer(_codec.pack_message(parts), np.uint8), len(parts), 0
     if name.startswith(("decompress", "accumulate")):
         code, _ = codec.compress_3lc(x, np.zeros(n, np.float32), 1.0 + rng.random(),
                                      adaptive=is_adaptive(name),
@@ -104,10 +117,12 @@ def make_args(fdp):
         n = fdp.ConsumeIntInRange(0, 5000)
         b = fdp.ConsumeIntInRange(-2, 33)
         code = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 4000))
-    if fdp.ConsumeIntInRange(0, 31) == 0:  # sizes the front ends must refuse
+    if fdp.ConsumeIntInRange(0, 31) == 0 and name != "unpack_message":  # sizes to refuse
         # (golomb_decode allocates no n-sized output: numpy takes n > 2^40, TF not)
         limit = 2 if name == "golomb_decode" else 3
         n = (-1, -(2**62), 2**40 + 1)[fdp.ConsumeIntInRange(0, limit - 1)]
+    if name == "unpack_message":  # n: the part count the receiver expects
+        n = max(n, 0) % (MAX_PARTS + 1)
     if is_block(name):
         m = block_scales(fdp, min(max(n, 0), 5000), block)
     return name, np.frombuffer(bytes(code), np.uint8), n, m, b, block
@@ -115,6 +130,8 @@ def make_args(fdp):
 
 @atheris.instrument_func
 def run_numpy(name, code, n, m, b, block, base):
+    if name == "unpack_message":
+        return _codec.unpack_message(code.tobytes(), n, MESSAGE)
     if name.startswith("decompress"):
         return codec.decompress_3lc(code, m, n, adaptive=is_adaptive(name), block_size=block)
     if name.startswith("accumulate"):
@@ -131,6 +148,8 @@ def run_numpy(name, code, n, m, b, block, base):
 
 @atheris.instrument_func
 def run_tf(name, code, n, m, b, block, base):
+    if name == "unpack_message":
+        return [part.numpy().tobytes() for part in ops.unpack_message(code, n, MESSAGE)]
     if name.startswith("decompress"):
         return ops.decompress_3lc(code, m, n, adaptive=is_adaptive(name),
                                   block_size=block).numpy()
@@ -150,7 +169,7 @@ def outcome(fn, errors, *args):
         return True, fn(*args)
     except errors as e:
         assert str(e), "error without a message"
-        return False, None
+        return False, getattr(e, "message", str(e))
 
 
 def test_one_input(data):
@@ -172,11 +191,18 @@ def check_one_input(data):
     ok_np, out_np = outcome(run_numpy, ValueError, name, code, n, m, b, block, base)
     ok_tf, out_tf = outcome(run_tf, tf.errors.InvalidArgumentError, name, code, n, m, b, block,
                             base)
+    if name == "unpack_message" and n == 0:
+        # An op with no outputs never runs (nothing can fetch it): TF does
+        # not look at a zero-part message, so only numpy's verdict counts.
+        ok_tf, out_tf = ok_np, out_np
     assert ok_np == ok_tf, f"{name}: numpy ok={ok_np}, TF ok={ok_tf} (n={n}, b={b}, m={m})"
     if block == 0 and is_block(name):
         assert not ok_np, f"{name}: block size 0 with block scales accepted"
     if is_block(name) and ok_np:
         m = np.repeat(m, block)[:n]  # each element's scale
+    if name == "unpack_message":
+        check_message(code, n, ok_np, out_np, out_tf)
+        return
     if not ok_np:
         return
     COUNTS["decoded"] += 1
@@ -194,6 +220,21 @@ def check_one_input(data):
         assert out_np.shape == (n,) and np.isin(out_np, [-1, 0, 1]).all()
     elif name == "golomb_decode":
         assert (np.diff(out_np) > 0).all() and (out_np < n).all() and (out_np >= 0).all()
+
+
+@atheris.instrument_func
+def check_message(code, n, ok, out_np, out_tf):
+    if not ok:  # one line naming the message, the same from both front ends
+        assert out_np.startswith(f"tlc: {MESSAGE}: step message of {code.size} bytes: ") \
+            and "\n" not in out_np, f"unpack_message: numpy error {out_np!r}"
+        assert out_np in out_tf.splitlines()[0], \
+            f"unpack_message: TF error {out_tf!r}, numpy {out_np!r}"
+        return
+    COUNTS["decoded"] += 1
+    assert out_np == out_tf, "unpack_message: numpy and TF parts differ"
+    assert len(out_np) == n, "unpack_message: wrong part count"
+    assert _codec.pack_message(out_np) == code.tobytes(), \
+        "unpack_message: the parts do not pack back to the message"
 
 
 def report():
