@@ -45,6 +45,9 @@ def check_run(c, timeout=TIMEOUT):
     chief = next(r for r in summary["workers"] if r["task"] == 0)
     assert chief["global_step"] == STEPS
     assert chief["local_copy_check"]["equal"] is True, chief["local_copy_check"]
+    # One pull compression per compressed variable per step: no update ran
+    # twice or half, and no server counter was reset behind the chief's back.
+    assert summary["pull_compressions"] == STEPS * chief["compressed_variables"], summary
     for report in summary["workers"]:
         assert report["local_copy_check"]["equal"] in (True, None), report
         assert report["global_step"] >= STEPS - 1

@@ -160,7 +160,7 @@ class AtStep(int):
 def parse_rate_changes(text):
     """'60:10mbit,120:1gbit' -> [(60.0, '10mbit'), (120.0, '1gbit')] (seconds after
     launch), or '@30:10mbit' -> [(AtStep(30), '10mbit')] (chief's step); checked."""
-    from tlc.job import netem  # pylint: disable=import-outside-toplevel
+    from testbed import netem  # pylint: disable=import-outside-toplevel
     changes = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         when, sep, rate = item.partition(":")
@@ -220,7 +220,7 @@ def _network(flags, num_tasks):
     if not flags.netem_rate:
         yield None, None
         return
-    from tlc.job import netem  # pylint: disable=import-outside-toplevel
+    from testbed import netem  # pylint: disable=import-outside-toplevel
     ok, reason = netem.netem_available()
     if not ok:
         raise SystemExit(f"--netem_rate needs network namespaces: {reason}")
