@@ -5,6 +5,8 @@ the main job runs the same checks before it imports TensorFlow. Only the
 check that builds the compressor (its --compressor_args) needs TensorFlow.
 A refusal is one line on stderr and exit code 2, never absl's usage text.
 """
+import math
+import os
 import sys
 
 # tlc.compressors.names() without importing TensorFlow
@@ -17,6 +19,7 @@ DATASETS = ("cifar10", "fashion_mnist")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 AT_LEAST_ONE = ("steps", "batch_size", "log_every", "num_ps", "num_workers", "eval_batch",
                 "eval_examples")
+MAX_SEED = 2**31 - 1  # numpy and TF both take it; TF gets seed * 1000 + task
 HINT = "see --helpfull for every flag"
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
 
@@ -41,20 +44,79 @@ def parse_compressor_args(text):
     return kwargs
 
 
+# Every flag of tlc/job/flags.py and the values it allows (tests/test_bad_flags.py
+# checks that none is left out). The checks in errors() use these words.
+ALLOWED = {
+    "cluster": "a cluster JSON text or file with 'ps' and 'worker' lists of host:port",
+    "job_name": "ps or worker, with --cluster",
+    "task_index": "an integer >= 0 within the --cluster job",
+    "num_ps": "an integer >= 1",
+    "num_workers": "an integer >= 1",
+    "backup_workers": "an integer in [0, --num_workers)",
+    "netem_rate": "a rate like 10mbit, 1gbit or 12mbps (8kbit to 10tbit) or unlimited",
+    "netem_rate_changes": "seconds:rate or @step:rate items, with --netem_rate",
+    "netem_delay": "a delay like 1ms, 500us or 0.1s (0 to 10s), with --netem_rate",
+    "dataset": "one of " + ", ".join(DATASETS),
+    "data_dir": "a directory holding the dataset (checked before any task starts)",
+    "model": "one of " + ", ".join(MODELS),
+    "batch_size": "an integer in [1, training examples of --dataset]",
+    "steps": "an integer >= 1",
+    "optimizer": "one of " + ", ".join(OPTIMIZERS),
+    "learning_rate": "a finite number > 0",
+    "momentum": "a number in [0, 1)",
+    "weight_decay": "a finite number >= 0",
+    "sync": "tlc or tf",
+    "compressor": "one of " + ", ".join(COMPRESSOR_NAMES),
+    "sparsity_multiplier": "a number in [1, 2)",
+    "adaptive": "true or false",
+    "scaling": "tensor or block",
+    "block_size": "a positive multiple of 5",
+    "compressor_args": "key=value items the compressor takes",
+    "push_budget": "a finite number of seconds > 0",
+    "pull_compressor": "one of " + ", ".join(COMPRESSOR_NAMES),
+    "pull_sparsity_multiplier": "a number in [1, 2), with a 3lc model pull",
+    "compress_threshold": "an integer >= 0",
+    "logdir": "a writable directory",
+    "log_every": "an integer >= 1",
+    "checkpoint_steps": "an integer >= 0 (0: not by steps)",
+    "checkpoint_secs": "a finite number of seconds >= 0 (0: not by time)",
+    "unreachable_timeout": "a finite number of seconds > 0",
+    "stall_timeout": "a finite number of seconds > 0",
+    "eval_batch": "an integer >= 1",
+    "eval_every": "an integer >= 0 (0: only at the end)",
+    "eval_examples": "an integer >= 1",
+    "seed": f"an integer in [0, {MAX_SEED}]",
+    "timeout": "a finite number of seconds > 0",
+}
+# Training examples of each dataset as distributed (a --data_dir holding fewer is
+# caught by the task itself, in one line).
+TRAIN_EXAMPLES = {"cifar10": 50000, "fashion_mnist": 60000}
+
+
 def errors(flags):
     """Every problem the flags have that plain Python can see."""
     found = []
-    if not 1.0 <= flags.sparsity_multiplier < 2.0:
-        found.append(f"--sparsity_multiplier must be in [1, 2), got {flags.sparsity_multiplier}")
+
+    def refuse_unless(ok, flag, got=None):
+        if not ok:
+            value = getattr(flags, flag) if got is None else got
+            found.append(f"--{flag} must be {ALLOWED[flag]}, got {value}")
+
+    def number(flag, low, low_ok=True, high=None, finite=True):
+        value = getattr(flags, flag)
+        if value is None:
+            return
+        ok = (value >= low if low_ok else value > low) and (high is None or value < high)
+        refuse_unless(ok and (math.isfinite(value) or not finite), flag)
+
+    for flag in ("sparsity_multiplier", "pull_sparsity_multiplier"):
+        number(flag, 1.0, high=2.0)
     pull_s = flags.pull_sparsity_multiplier
-    if pull_s is not None:
-        if not 1.0 <= pull_s < 2.0:
-            found.append(f"--pull_sparsity_multiplier must be in [1, 2), got {pull_s}")
-        if (flags.pull_compressor or flags.compressor) != "3lc":
-            found.append("--pull_sparsity_multiplier needs a 3lc model pull (--compressor=3lc or "
-                         f"--pull_compressor=3lc), got {flags.pull_compressor or flags.compressor}")
-    if flags.scaling == "block" and not (flags.block_size > 0 and flags.block_size % 5 == 0):
-        found.append(f"--block_size must be a positive multiple of 5, got {flags.block_size}")
+    if pull_s is not None and (flags.pull_compressor or flags.compressor) != "3lc":
+        found.append("--pull_sparsity_multiplier needs a 3lc model pull (--compressor=3lc or "
+                     f"--pull_compressor=3lc), got {flags.pull_compressor or flags.compressor}")
+    # Checked whatever --scaling is: a bad value is a mistake either way.
+    refuse_unless(flags.block_size > 0 and flags.block_size % 5 == 0, "block_size")
     for flag in ("compressor", "pull_compressor"):
         name = getattr(flags, flag)
         if name is not None and name not in COMPRESSOR_NAMES:
@@ -67,35 +129,59 @@ def errors(flags):
     if flags.backup_workers < 0 or flags.backup_workers >= flags.num_workers:
         found.append(f"--backup_workers must be in [0, num_workers={flags.num_workers}), "
                      f"got {flags.backup_workers}")
-    if flags.netem_rate_changes:
-        from tlc.job import launcher  # pylint: disable=import-outside-toplevel
-        try:
-            launcher.parse_rate_changes(flags.netem_rate_changes)
-        except ValueError as e:
-            found.append(f"--netem_rate_changes: {e}")
-        if not flags.netem_rate:
-            found.append("--netem_rate_changes needs --netem_rate")
+    found += _netem_errors(flags)
     if flags.sync == "tf" and (flags.compressor != "float32" or flags.pull_compressor):
         found.append(f"--sync=tf is TensorFlow's own optimizer, which sends float32: it needs "
                      f"--compressor=float32 and no --pull_compressor, got --compressor="
                      f"{flags.compressor}")
-    if flags.push_budget is not None and not flags.push_budget > 0:
-        found.append(f"--push_budget must be > 0 seconds, got {flags.push_budget}")
+    number("push_budget", 0.0, low_ok=False)
     if flags.compressor == "3lc_auto" and flags.push_budget is None:
         found.append("--compressor=3lc_auto needs --push_budget (seconds a push may take)")
-    if flags.eval_every < 0:
-        found.append(f"--eval_every must be >= 0, got {flags.eval_every}")
     for flag in AT_LEAST_ONE:
-        if getattr(flags, flag) < 1:
-            found.append(f"--{flag} must be >= 1, got {getattr(flags, flag)}")
-    if flags.learning_rate <= 0:
-        found.append(f"--learning_rate must be > 0, got {flags.learning_rate}")
+        refuse_unless(getattr(flags, flag) >= 1, flag)
+    for flag in ("eval_every", "checkpoint_steps", "compress_threshold", "task_index"):
+        refuse_unless(getattr(flags, flag) >= 0, flag)
+    for flag in ("learning_rate", "unreachable_timeout", "stall_timeout", "timeout"):
+        number(flag, 0.0, low_ok=False)
+    for flag in ("weight_decay", "checkpoint_secs"):
+        number(flag, 0.0)
+    number("momentum", 0.0, high=1.0)
+    refuse_unless(0 <= flags.seed <= MAX_SEED, "seed")
+    if flags.dataset in TRAIN_EXAMPLES and flags.batch_size > TRAIN_EXAMPLES[flags.dataset]:
+        found.append(f"--batch_size must be an integer in [1, {TRAIN_EXAMPLES[flags.dataset]}] "
+                     f"({flags.dataset}'s training examples), got {flags.batch_size}")
     if flags.model is not None and flags.model not in MODELS:
-        found.append(f"--model must be one of {', '.join(MODELS)}, got {flags.model}")
-    if flags.dataset not in DATASETS:
-        found.append(f"--dataset must be one of {', '.join(DATASETS)}, got {flags.dataset}")
-    if flags.optimizer not in OPTIMIZERS:
-        found.append(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {flags.optimizer}")
+        refuse_unless(False, "model")
+    refuse_unless(flags.dataset in DATASETS, "dataset")
+    refuse_unless(flags.optimizer in OPTIMIZERS, "optimizer")
+    if flags.job_name is not None:
+        refuse_unless(flags.job_name in ("ps", "worker"), "job_name")
+        if not flags.cluster and not os.environ.get("TF_CONFIG"):
+            found.append("--job_name needs --cluster (or TF_CONFIG) to say where the task stands")
+    return found
+
+
+def _netem_errors(flags):
+    """The testbed's rate, delay and rate changes, parsed as the launcher will."""
+    from testbed import netem  # pylint: disable=import-outside-toplevel
+    from tlc.job import launcher  # pylint: disable=import-outside-toplevel
+    found = []
+    for flag, parse in (("netem_rate", netem.parse_rate), ("netem_delay", netem.parse_delay)):
+        value = getattr(flags, flag)
+        if value is None:
+            continue
+        try:
+            parse(value)
+        except ValueError:
+            found.append(f"--{flag} must be {ALLOWED[flag]}, got {value}")
+    if flags.netem_rate_changes:
+        try:
+            launcher.parse_rate_changes(flags.netem_rate_changes)
+        except ValueError as e:
+            found.append(f"--netem_rate_changes: {e}")
+    for flag in ("netem_rate_changes", "netem_delay"):
+        if getattr(flags, flag) and not flags.netem_rate:
+            found.append(f"--{flag} needs --netem_rate")
     return found
 
 
@@ -138,6 +224,14 @@ def compressor_errors(flags):
     return found
 
 
+def parse_error(error):
+    """absl's parse error as one problem naming the flag."""
+    from absl import flags as absl_flags  # pylint: disable=import-outside-toplevel
+    if isinstance(error, absl_flags.UnrecognizedFlagError):
+        return f"--{error.flagname} is not a flag of tlc.train"
+    return str(error)
+
+
 def refuse(problems):
     """One line on stderr saying what is wrong, then exit code 2."""
     print(f"tlc.train: {'; '.join(problems)} ({HINT})", file=sys.stderr, flush=True)
@@ -153,7 +247,7 @@ def main(argv):
     try:
         absl_flags.FLAGS(["tlc.train", *argv[1:]])
     except absl_flags.Error as e:
-        refuse([str(e)])
+        refuse([parse_error(e)])
     problems = errors(absl_flags.FLAGS)
     if problems:
         refuse(problems)

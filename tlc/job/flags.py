@@ -65,6 +65,9 @@ flags.DEFINE_float("checkpoint_secs", 600, "Chief also saves a checkpoint every 
                    "seconds (0: not by time).")
 flags.DEFINE_float("unreachable_timeout", 600, "A worker gives up (exit 1) when a parameter "
                    "server has been unreachable this many seconds.")
+flags.DEFINE_float("stall_timeout", 60, "A worker names on the console a parameter server "
+                   "that has not answered a probe (or whose step has not moved while this worker "
+                   "waits) for this many seconds, and again at growing intervals.")
 flags.DEFINE_integer("eval_batch", 1000, "Evaluation batch size.")
 flags.DEFINE_integer("eval_every", 0, "Chief: test accuracy on --eval_examples every this many "
                      "steps (0: only at the end), for time-to-accuracy curves.")

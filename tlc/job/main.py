@@ -17,47 +17,52 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app
+from absl import flags as absl_flags
 
 from tlc.job import flagcheck
 from tlc.job.flags import FLAGS
 
 
-def check_flags(build_compressors):
-    """Refuses bad configurations before any process starts: one line, exit 2.
-    Building the compressors (to check --compressor_args) imports TensorFlow."""
+def check_flags():
+    """Refuses bad flags before any process starts: one line, exit 2. Every
+    flag is checked before TensorFlow is imported, the cluster too; only
+    building the compressors (to check --compressor_args) imports it, and a
+    task imports it anyway. Returns the task to run: (cluster, job, index),
+    (cluster, None, None) to launch every task of --cluster here, or None
+    to launch a local cluster."""
     problems = flagcheck.errors(FLAGS)
-    if not problems and build_compressors:
-        problems = flagcheck.compressor_errors(FLAGS)
     if problems:
         flagcheck.refuse(problems)
+    from tlc.job import cluster as cl  # pylint: disable=import-outside-toplevel
+    try:
+        if FLAGS.cluster:
+            spec = cl.parse_cluster(FLAGS.cluster)
+            if FLAGS.job_name is not None:
+                cl.check_task(spec, FLAGS.job_name, FLAGS.task_index)
+            where = (spec, FLAGS.job_name, FLAGS.task_index if FLAGS.job_name else None)
+        elif os.environ.get("TF_CONFIG"):
+            where = cl.from_tf_config(os.environ["TF_CONFIG"])
+        else:
+            where = None
+    except cl.ClusterError as e:  # one line, no traceback, naming the flag
+        where = " (--cluster, --job_name, --task_index)" if FLAGS.cluster else ""
+        raise SystemExit(f"tlc: {e}{where}") from None
+    if (where and where[1]) or FLAGS.compressor_args:
+        from tlc.job import quiet  # pylint: disable=import-outside-toplevel
+        quiet.import_tensorflow()
+        problems = flagcheck.compressor_errors(FLAGS)
+        if problems:
+            flagcheck.refuse(problems)
+    return where
 
 
 def main(argv):
     del argv
-    # A task imports TensorFlow anyway; the launcher only to check compressor arguments.
-    imports_tf = bool(FLAGS.job_name or os.environ.get("TF_CONFIG") or FLAGS.compressor_args)
-    if imports_tf:
-        from tlc.job import quiet  # pylint: disable=import-outside-toplevel
-        quiet.import_tensorflow()
-    check_flags(build_compressors=imports_tf)
-    if FLAGS.cluster:
-        from tlc.job import cluster as cl  # pylint: disable=import-outside-toplevel
-        try:
-            spec = cl.parse_cluster(FLAGS.cluster)
-            if FLAGS.job_name is not None:
-                cl.check_task(spec, FLAGS.job_name, FLAGS.task_index)
-        except cl.ClusterError as e:
-            raise SystemExit(f"tlc: {e}") from None  # one line, no traceback
-        if FLAGS.job_name is None:  # every task of the description, on this machine
-            from tlc.job import launcher  # pylint: disable=import-outside-toplevel
-            return launcher.launch(FLAGS, spec=spec)
-        return run_task(spec, FLAGS.job_name, FLAGS.task_index)
-    if os.environ.get("TF_CONFIG"):
-        from tlc.job import cluster as cl  # pylint: disable=import-outside-toplevel
-        spec, job, index = cl.from_tf_config(os.environ["TF_CONFIG"])
-        return run_task(spec, job, index)
+    where = check_flags()
+    if where is not None and where[1] is not None:
+        return run_task(*where)
     from tlc.job import launcher  # pylint: disable=import-outside-toplevel
-    return launcher.launch(FLAGS)
+    return launcher.launch(FLAGS, spec=where[0] if where else None)
 
 
 def run_task(spec, job, index):
@@ -70,8 +75,17 @@ def run_task(spec, job, index):
     os._exit(code)  # pylint: disable=protected-access
 
 
+def _parse_flags(argv):
+    """absl's parsing, but a bad value is flagcheck's one line, not absl's two."""
+    try:
+        return FLAGS(argv)
+    except absl_flags.Error as e:
+        flagcheck.refuse([flagcheck.parse_error(e)])
+        raise  # not reached: refuse exits
+
+
 def entry():
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":

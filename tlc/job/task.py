@@ -51,9 +51,13 @@ def run(spec, job, index, flags):
         # One clear line; the parameter servers and other workers carry on.
         print(f"worker {index}: training step failed: {_error_summary(e)}", flush=True)
         return 1
-    except (ModelLostError, CheckpointError) as e:
+    except (ModelLostError, CheckpointError, FlagError) as e:
         print(f"worker {index}: {e}", flush=True)
         return 1
+
+
+class FlagError(ValueError):
+    """A flag value that only the task could check (one line, exit 1)."""
 
 
 def _port_taken(address):
@@ -115,6 +119,10 @@ def _run_worker(server, cluster, spec, index, config, flags):
     num_workers = len(spec["worker"])
     dataset = data.load(flags.dataset, flags.data_dir)
     model_name = flags.model or dataset.default_model
+    if flags.batch_size > len(dataset.train_x):  # a --data_dir with fewer examples
+        raise FlagError(f"--batch_size must be an integer in [1, {len(dataset.train_x)}] (the "
+                        f"training examples in {flags.data_dir or flags.dataset}), got "
+                        f"{flags.batch_size}")
     batches = dataset.batcher(flags.batch_size, index, flags.seed)
     worker = f"/job:worker/task:{index}"
     # Per task: stochastic compressors must not draw the same numbers on every
