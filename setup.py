@@ -154,7 +154,8 @@ setup(
     name="tlc",
     version="0.1.0",
     description="3LC gradient compression for TensorFlow parameter-server training",
-    packages=find_packages(include=["tlc", "tlc.*"]),
+    # testbed: the main job's --netem_rate runs its tasks behind its slow links.
+    packages=find_packages(include=["tlc", "tlc.*", "testbed"]),
     ext_modules=[
         Extension("tlc._codec", CORE_SOURCES + ["custom_ops/python/codec_module.cc"],
                   language="c++"),

@@ -16,7 +16,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tlc.job import launcher, netem  # noqa: E402
+from testbed import netem  # noqa: E402
+from tlc.job import launcher  # noqa: E402
 
 CONFIGS = {"aqgb_auto": [], "3lc_auto": ["--push_budget={budget}"]}
 

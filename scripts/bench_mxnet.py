@@ -6,7 +6,7 @@ same model, data, hyper-parameters and tc-limited links.
 Both train tlc's default job (configs/fashion_mnist.cfg: the small CNN on
 Fashion-MNIST, momentum SGD lr 0.05 momentum 0.9, batch 64 per worker, worker
 i's batch order from tlc.job.data) on 1 server + 2 workers, each on its own
-host of a tlc.job.netem.SlowNetwork (server and MXNet's scheduler on host 0,
+host of a testbed.netem.SlowNetwork (server and MXNet's scheduler on host 0,
 as tlc's ps0; worker i on host i + 1). MXNet runs from its own venv
 (--venv, created with pip if missing: mxnet==1.9.1, numpy<1.24); the task
 code is scripts/mxnet_task.py. tlc runs through tlc.job.launcher.run_job.
@@ -41,7 +41,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tlc.job import netem, report  # noqa: E402  (no TensorFlow: light)
+from testbed import netem  # noqa: E402
+from tlc.job import report  # noqa: E402  (no TensorFlow: light)
 
 VENV = "/opt/tlc-mxnet"
 MXNET_REQUIREMENTS = ("mxnet==1.9.1", "numpy<1.24")

@@ -37,10 +37,7 @@ sys.path.insert(0, ROOT)
 from tlc.job import cluster as cl  # noqa: E402  pylint: disable=wrong-import-position
 from tlc.job import launcher  # noqa: E402  pylint: disable=wrong-import-position
 
-try:  # the testbed may move out of tlc.job
-    from testbed import netem  # noqa: E402  pylint: disable=wrong-import-position
-except ImportError:
-    from tlc.job import netem  # noqa: E402  pylint: disable=wrong-import-position
+from testbed import netem  # noqa: E402  pylint: disable=wrong-import-position
 
 RESULTS = os.path.join(ROOT, "docs", "scaling", "results.json")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

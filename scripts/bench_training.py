@@ -27,7 +27,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tlc.job import launcher, netem, report  # noqa: E402
+from testbed import netem  # noqa: E402
+from tlc.job import launcher, report  # noqa: E402
 
 WARMUP = 2
 DEFAULT_SHORT = {"10mbit": 6, "100mbit": 20, "1gbit": 40}

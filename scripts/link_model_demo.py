@@ -24,7 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from tlc.job import launcher, netem, plots, quiet  # noqa: E402
+from testbed import netem  # noqa: E402
+from tlc.job import launcher, plots, quiet  # noqa: E402
 
 
 def mbit(bytes_per_s):

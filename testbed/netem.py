@@ -23,7 +23,7 @@ Use with a cluster launcher
 ---------------------------
 ::
 
-    from tlc.job import netem
+    from testbed import netem
     ok, why = netem.netem_available()        # needs root, ip, tc, netns
     if not ok:
         raise SystemExit(f"slow links unavailable: {why}")

@@ -14,10 +14,7 @@ import time
 from tlc.job import cluster as cl
 from tlc.job import launcher
 
-try:  # the testbed may live in its own package
-    from testbed import netem  # type: ignore  # pylint: disable=import-error
-except ImportError:
-    from tlc.job import netem
+from testbed import netem  # type: ignore  # pylint: disable=import-error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AVAILABLE, WHY = netem.netem_available()

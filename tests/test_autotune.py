@@ -3,7 +3,8 @@ knob values reach the graph, the measured link rate is plausible, and a rate
 drop in the middle of a run makes AQGB pick fewer bits."""
 import pytest
 
-from tlc.job import autotune, launcher, netem
+from testbed import netem
+from tlc.job import autotune, launcher
 from tlc.compressors.aqgb import LEVELS
 
 

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import bench_mxnet as bm  # noqa: E402
 import mxnet_task  # noqa: E402  (numpy only at import)
-from tlc.job import netem  # noqa: E402
+from testbed import netem  # noqa: E402
 
 
 def test_parse_jsonl_skips_blank_and_cut_lines():

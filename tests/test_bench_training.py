@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tlc.job import netem
+from testbed import netem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tlc.job import netem
+from testbed import netem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AVAILABLE, WHY = netem.netem_available()
@@ -319,7 +319,7 @@ def test_close_leaves_others_alone():
 CHILD = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
-from tlc.job import netem
+from testbed import netem
 with netem.SlowNetwork(2, rate="10mbit") as net:
     print(json.dumps(net.host_ns + [net.bridge_ns]), flush=True)
     if sys.argv[2] == "crash":

@@ -15,7 +15,8 @@ import tensorflow as tf
 
 from tlc import Float32, SyncReplicasOptimizer, placement, replica
 from tlc.job import cluster as cl
-from tlc.job import models, netem
+from testbed import netem
+from tlc.job import models
 from tlc.session import training_session
 
 v1 = tf.compat.v1

@@ -11,10 +11,7 @@ import time
 
 import pytest
 
-try:
-    from testbed import netem
-except ImportError:
-    from tlc.job import netem
+from testbed import netem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLOW = os.environ.get("TLC_SLOW") == "1"
