@@ -255,3 +255,37 @@ def test_ops_are_placed_by_the_callers_device_scope():
     assert {op.device for op in pack_ops if op.type != "Const"} == {worker}
     assert "TlcUnpackMessage" in {op.type for op in unpack_ops}
     assert {op.device for op in unpack_ops if op.type != "Const"} == {ps}
+
+
+def test_the_part_limit_holds_for_encoders_and_decoders():
+    limit = 1 << 20
+    many = [b""] * limit
+    packed = _codec.pack_message(many)  # exactly the limit: fine
+    assert len(packed) == 8 + 8 * limit
+    assert _codec.unpack_message(packed, limit, WHAT) == many
+    with pytest.raises(ValueError, match=f"^tlc: a step message holds at most {limit} parts, "
+                                         f"got {limit + 1}$"):
+        _codec.pack_message(many + [b""])
+    with pytest.raises(ValueError, match=f"^tlc: {WHAT}: step message of 8 bytes: expected "
+                                         f"{limit + 1} parts, more than the limit of {limit}$"):
+        _codec.unpack_message(_codec.pack_message([]), limit + 1, WHAT)
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        _tf_unpack_eager(limit + 1)
+    assert f"step message of 8 bytes: expected {limit + 1} parts, more than the limit of " \
+        f"{limit}" in tf_error_line(raised.value)
+
+
+def _tf_unpack_eager(num_parts):
+    """TlcUnpackMessage expecting num_parts, run eagerly (a graph of 2^20
+    outputs would take minutes to build)."""
+    return ops.unpack_message(np.frombuffer(_codec.pack_message([]), np.uint8), num_parts, WHAT)
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda: _codec.pack_message([b"a", "text"]), "pack_message: part 1 must be bytes, got str"),
+    (lambda: _codec.unpack_message(bytearray(8), 0, WHAT),
+     "unpack_message: message must be bytes, got bytearray"),
+])
+def test_the_python_module_takes_bytes_only(call, error):
+    with pytest.raises(TypeError, match=f"^{error}$"):
+        call()

@@ -23,6 +23,12 @@ Status Invalid(size_t size, const std::string& what) {
 
 }  // namespace
 
+Status CheckPartCount(size_t parts) {
+  if (parts <= kMaxParts) return Status::Ok();
+  return Status::Invalid("a step message holds at most " + std::to_string(kMaxParts) +
+                         " parts, got " + std::to_string(parts));
+}
+
 size_t PackedSize(const std::vector<size_t>& lengths) {
   size_t total = kHeaderBytes + kLengthBytes * lengths.size();
   for (size_t n : lengths) total += n;
@@ -45,6 +51,10 @@ void Pack(const std::vector<const uint8_t*>& parts, const std::vector<size_t>& l
 
 Status Parse(const uint8_t* data, size_t size, size_t expected_parts, std::vector<Span>* spans) {
   spans->clear();
+  if (expected_parts > kMaxParts) {
+    return Invalid(size, "expected " + std::to_string(expected_parts) +
+                             " parts, more than the limit of " + std::to_string(kMaxParts));
+  }
   if (size < kHeaderBytes) {
     return Invalid(size, "shorter than its " + std::to_string(kHeaderBytes) + "-byte header");
   }

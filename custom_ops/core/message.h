@@ -25,6 +25,9 @@ struct Span {
   size_t length;
 };
 
+// Refuses more than kMaxParts parts (the encoders call it before Pack).
+Status CheckPartCount(size_t parts);
+
 // Bytes of a message holding parts of these lengths.
 size_t PackedSize(const std::vector<size_t>& lengths);
 

@@ -209,26 +209,50 @@ int GolombBstar(double p) {
   return b;
 }
 
-py::bytes PackMessage(const std::vector<std::string>& parts) {
-  std::vector<const uint8_t*> data;
-  std::vector<size_t> lengths;
-  for (const std::string& part : parts) {
-    data.push_back(reinterpret_cast<const uint8_t*>(part.data()));
-    lengths.push_back(part.size());
+// bytes' buffer, without a copy.
+std::pair<const char*, size_t> BytesView(py::handle obj, const std::string& name) {
+  char* data = nullptr;
+  Py_ssize_t size = 0;
+  if (!PyBytes_Check(obj.ptr()) || PyBytes_AsStringAndSize(obj.ptr(), &data, &size) != 0) {
+    PyErr_Clear();
+    throw py::type_error(name + " must be bytes, got " +
+                         std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
   }
-  std::string out(tlc::message::PackedSize(lengths), '\0');
-  tlc::message::Pack(data, lengths, reinterpret_cast<uint8_t*>(&out[0]));
-  return py::bytes(out);
+  return {data, static_cast<size_t>(size)};
 }
 
-std::vector<py::bytes> UnpackMessage(const std::string& message, size_t num_parts,
-                                     const std::string& what) {
+// One copy of each part, straight into the result's buffer.
+py::bytes PackMessage(const py::sequence& parts) {
+  const tlc::Status count = tlc::message::CheckPartCount(parts.size());
+  if (!count.ok()) throw py::value_error("tlc: " + count.message());
+  std::vector<py::object> keep(parts.size());  // holds each item while we read it
+  std::vector<const uint8_t*> data(parts.size());
+  std::vector<size_t> lengths(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    keep[i] = parts[i];
+    const auto view = BytesView(keep[i], "pack_message: part " + std::to_string(i));
+    data[i] = reinterpret_cast<const uint8_t*>(view.first);
+    lengths[i] = view.second;
+  }
+  PyObject* out = PyBytes_FromStringAndSize(
+      nullptr, static_cast<Py_ssize_t>(tlc::message::PackedSize(lengths)));
+  if (out == nullptr) throw py::error_already_set();
+  auto result = py::reinterpret_steal<py::bytes>(out);
+  tlc::message::Pack(data, lengths, reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out)));
+  return result;
+}
+
+// One allocation and copy per part; the message itself is not copied.
+py::list UnpackMessage(const py::object& message, size_t num_parts, const std::string& what) {
+  const auto view = BytesView(message, "unpack_message: message");
   std::vector<tlc::message::Span> spans;
-  const tlc::Status s = tlc::message::Parse(reinterpret_cast<const uint8_t*>(message.data()),
-                                            message.size(), num_parts, &spans);
+  const tlc::Status s = tlc::message::Parse(reinterpret_cast<const uint8_t*>(view.first),
+                                            view.second, num_parts, &spans);
   if (!s.ok()) throw py::value_error("tlc: " + what + ": " + s.message());
-  std::vector<py::bytes> parts;
-  for (const auto& span : spans) parts.emplace_back(message.data() + span.offset, span.length);
+  py::list parts(spans.size());
+  for (size_t i = 0; i < spans.size(); ++i) {
+    parts[i] = py::bytes(view.first + spans[i].offset, spans[i].length);
+  }
   return parts;
 }
 

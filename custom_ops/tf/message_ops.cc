@@ -52,6 +52,8 @@ class PackMessageOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     OpInputList parts;
     OP_REQUIRES_OK(ctx, ctx->input_list("parts", &parts));
+    const Status count = message::CheckPartCount(parts.size());
+    OP_REQUIRES(ctx, count.ok(), ::tensorflow::errors::InvalidArgument("tlc: ", count.message()));
     std::vector<const uint8_t*> data(parts.size());
     std::vector<size_t> lengths(parts.size());
     for (int i = 0; i < parts.size(); ++i) {
