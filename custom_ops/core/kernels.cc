@@ -9,6 +9,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define TLC_X86_KERNELS 1
+#include <cpuid.h>
 #include <immintrin.h>
 // Everything an AVX2 kernel may use; UseAvx2Kernels checks each at run time.
 #if defined(__clang__)
@@ -142,23 +143,44 @@ TLC_AVX2 MaxAbsResult MaxAbsAvx2(const float* x, const float* e, int64_t count) 
   return MaxAbsTail(x, e, i, count, static_cast<uint32_t>(_mm_cvtsi128_si32(t)));
 }
 
+// How far ahead (in elements) the AVX2 block quantizer prefetches x and e:
+// about two blocks of the default size, so the next block's maximum reads
+// from L1 and its DRAM traffic overlaps this block's arithmetic. Software
+// prefetches also cross the 4 KiB pages where the hardware prefetcher stops.
+constexpr int64_t kPrefetchAhead = 2048;
+
 // The same operations as QuantizeTail, eight lanes at a time: a + e, the two
-// ordered comparisons, q as -1.0f/0.0f/+1.0f, then a - m*q.
+// ordered comparisons, then a - m*q with m*q formed as (gt & m) | (lt & -m),
+// which is the product's exact value (m, -m or +0.0f; m is finite and >= 0).
+// Elements [count, prefetch_end) of x and e follow in memory: they are
+// prefetched kPrefetchAhead ahead of the element being quantized.
 TLC_AVX2 int64_t QuantizeAvx2(const float* x, const float* e, float* e_out, int64_t count,
-                              float m, SliceSinks* sinks) {
+                              float m, SliceSinks* sinks, int64_t prefetch_end = 0) {
   const float half = m * 0.5f;
-  const __m256 vh = _mm256_set1_ps(half), vnh = _mm256_set1_ps(-half), vm = _mm256_set1_ps(m);
-  const __m256 one = _mm256_set1_ps(1.0f), minus_one = _mm256_set1_ps(-1.0f);
+  const __m256 vh = _mm256_set1_ps(half), vnh = _mm256_set1_ps(-half);
+  const __m256 vm = _mm256_set1_ps(m), vnm = _mm256_set1_ps(-m);
   int64_t i = 0, nonzeros = 0;
+  const int64_t prefetch_stop = prefetch_end - kPrefetchAhead;
   for (; i + kSpan <= count; i += kSpan) {
+    if (i < prefetch_stop) {
+      // 160 bytes per array per span: three lines cover it whatever the alignment.
+      const float* px = x + i + kPrefetchAhead;
+      const float* pe = e + i + kPrefetchAhead;
+      _mm_prefetch(reinterpret_cast<const char*>(px), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(px + 16), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(px + 32), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(pe), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(pe + 16), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(pe + 32), _MM_HINT_T0);
+    }
     uint64_t nz = 0, neg = 0;
     for (int j = 0; j < kSpan / 8; ++j) {
       const __m256 a =
           _mm256_add_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(e + i + 8 * j));
       const __m256 gt = _mm256_cmp_ps(a, vh, _CMP_GT_OQ);
       const __m256 lt = _mm256_cmp_ps(a, vnh, _CMP_LT_OQ);
-      const __m256 q = _mm256_or_ps(_mm256_and_ps(gt, one), _mm256_and_ps(lt, minus_one));
-      _mm256_storeu_ps(e_out + i + 8 * j, _mm256_sub_ps(a, _mm256_mul_ps(vm, q)));
+      const __m256 mq = _mm256_or_ps(_mm256_and_ps(gt, vm), _mm256_and_ps(lt, vnm));
+      _mm256_storeu_ps(e_out + i + 8 * j, _mm256_sub_ps(a, mq));
       nz |= static_cast<uint64_t>(_mm256_movemask_ps(_mm256_or_ps(gt, lt))) << (8 * j);
       neg |= static_cast<uint64_t>(_mm256_movemask_ps(lt)) << (8 * j);
     }
@@ -168,6 +190,144 @@ TLC_AVX2 int64_t QuantizeAvx2(const float* x, const float* e, float* e_out, int6
     nonzeros += _mm_popcnt_u64(nz);
   }
   return nonzeros + QuantizeTail(x, e, e_out, i, count, m, sinks);
+}
+
+// Bit k of the result: the sign bit of lane k % 8 of the (k / 8)-th vector.
+// The packs narrow the 0 / -1 masks to bytes, lane-interleaved; the
+// permutation puts each vector's eight bytes back together.
+TLC_AVX2 TLC_ALWAYS_INLINE uint32_t MaskBits32(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256i ab = _mm256_packs_epi32(_mm256_castps_si256(a), _mm256_castps_si256(b));
+  const __m256i cd = _mm256_packs_epi32(_mm256_castps_si256(c), _mm256_castps_si256(d));
+  const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd),
+                                                    _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  return static_cast<uint32_t>(_mm256_movemask_epi8(bytes));
+}
+
+// Quantizes 32 elements from i (QuantizeAvx2's arithmetic, q*m as a blend):
+// returns the 32 bits of q > 0 in the low half and of q < 0 in the high half.
+TLC_AVX2 TLC_ALWAYS_INLINE uint64_t Quantize32(const float* x, const float* e, float* e_out,
+                                               __m256 vh, __m256 vnh, __m256 vm, __m256 vnm) {
+  __m256 gt[4], lt[4];
+  for (int j = 0; j < 4; ++j) {
+    const __m256 a = _mm256_add_ps(_mm256_loadu_ps(x + 8 * j), _mm256_loadu_ps(e + 8 * j));
+    gt[j] = _mm256_cmp_ps(a, vh, _CMP_GT_OQ);
+    lt[j] = _mm256_cmp_ps(a, vnh, _CMP_LT_OQ);
+    // m*q exactly: m where q = 1, -m where q = -1, +0.0f elsewhere.
+    const __m256 mq = _mm256_blendv_ps(_mm256_and_ps(gt[j], vm), vnm, lt[j]);
+    _mm256_storeu_ps(e_out + 8 * j, _mm256_sub_ps(a, mq));
+  }
+  return MaskBits32(gt[0], gt[1], gt[2], gt[3]) |
+         static_cast<uint64_t>(MaskBits32(lt[0], lt[1], lt[2], lt[3])) << 32;
+}
+
+// (lo >> k) | (hi << (64 - k)), 0 < k < 64: bits k.. of the 128-bit hi:lo.
+TLC_ALWAYS_INLINE uint64_t Funnel(uint64_t lo, uint64_t hi, int k) {
+  return (lo >> k) | (hi << (64 - k));
+}
+
+// Group bits of 320 elements (64 groups) from their five nz words: bit j is
+// set when any of bits [5j, 5j + 5) is. With a fast PEXT, one gather per
+// word; else GroupsOf on each 40-bit window.
+template <bool kFastPext>
+TLC_AVX2 TLC_ALWAYS_INLINE uint64_t GroupsOf320(const uint64_t* nz) {
+  uint64_t grp = 0;
+  if (kFastPext) {
+    // Bits w, w + 5, ... of word w start the groups that begin in it.
+    constexpr uint64_t kStarts = 0x1084210842108421ull;  // bits 0, 5, ..., 60
+    for (int w = 0; w < 5; ++w) {
+      const uint64_t hi = w < 4 ? nz[w + 1] : 0;
+      const uint64_t t = nz[w] | Funnel(nz[w], hi, 1) | Funnel(nz[w], hi, 2) |
+                         Funnel(nz[w], hi, 3) | Funnel(nz[w], hi, 4);
+      grp |= _pext_u64(t, kStarts << w) << (13 * w);
+    }
+  } else {
+    for (int c = 0; c < 8; ++c) {
+      const int o = 40 * c, w = o >> 6, s = o & 63;
+      uint64_t v = nz[w] >> s;
+      if (s > 24) v |= nz[w + 1] << (64 - s);
+      grp |= GroupsOf(v & ((uint64_t{1} << 40) - 1)) << (8 * c);
+    }
+  }
+  return grp;
+}
+
+// QuantizeAvx2 in spans of 320 elements (64 groups: whole words of every
+// mask), the rest in spans of 40.
+template <bool kFastPext>
+TLC_AVX2 int64_t Quantize320Avx2(const float* x, const float* e, float* e_out, int64_t count,
+                                 float m, SliceSinks* sinks, int64_t prefetch_end) {
+  constexpr int64_t kWide = 64 * kGroupSize;
+  const float half = m * 0.5f;
+  const __m256 vh = _mm256_set1_ps(half), vnh = _mm256_set1_ps(-half);
+  const __m256 vm = _mm256_set1_ps(m), vnm = _mm256_set1_ps(-m);
+  const int64_t prefetch_stop = prefetch_end - kPrefetchAhead;
+  int64_t i = 0, nonzeros = 0;
+  for (; i + kWide <= count; i += kWide) {
+    uint64_t nz[5];
+    for (int w = 0; w < 5; ++w) {
+      const int64_t at = i + 64 * w;
+      if (at < prefetch_stop) {
+        // 256 bytes per array per word; an unaligned start's fifth line is
+        // the next word's first.
+        for (int l = 0; l < 4; ++l) {
+          _mm_prefetch(reinterpret_cast<const char*>(x + at + kPrefetchAhead + 16 * l), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(e + at + kPrefetchAhead + 16 * l), _MM_HINT_T0);
+        }
+      }
+      const uint64_t lo = Quantize32(x + at, e + at, e_out + at, vh, vnh, vm, vnm);
+      const uint64_t hi = Quantize32(x + at + 32, e + at + 32, e_out + at + 32, vh, vnh, vm, vnm);
+      const uint64_t gt = (lo & 0xFFFFFFFFu) | hi << 32, lt = (lo >> 32) | (hi & ~uint64_t{0} << 32);
+      nz[w] = gt | lt;
+      sinks->nz.Put64(nz[w]);
+      sinks->neg.Put64(lt);
+      nonzeros += _mm_popcnt_u64(nz[w]);
+    }
+    sinks->grp.Put64(GroupsOf320<kFastPext>(nz));
+  }
+  return nonzeros + QuantizeAvx2(x + i, e + i, e_out + i, count - i, m, sinks, prefetch_end - i);
+}
+
+// PEXT is microcoded (tens of cycles) on AMD before family 19h (Zen 3).
+// TLC_CODEC_SLOW_PEXT=1 takes the other path anyway (tests compare both).
+bool FastPext() {
+  static const bool fast = [] {
+    const char* slow = std::getenv("TLC_CODEC_SLOW_PEXT");
+    if (slow != nullptr && slow[0] != '\0' && std::strcmp(slow, "0") != 0) return false;
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
+    if (!amd) return true;
+    __get_cpuid(1, &a, &b, &c, &d);
+    const unsigned family = ((a >> 8) & 0xF) + (((a >> 8) & 0xF) == 0xF ? (a >> 20) & 0xFF : 0);
+    return family >= 0x19;
+  }();
+  return fast;
+}
+
+// QuantizeBlocks with the next blocks prefetched during each block's
+// quantization: the maximum of block k + 1 then reads from cache, and the
+// memory traffic overlaps the arithmetic instead of preceding it.
+TLC_AVX2 int64_t QuantizeBlocksAvx2(const float* x, const float* e, float* e_out, int64_t n,
+                                    int64_t block, int64_t k0, int64_t k1, float s,
+                                    float* scales, SliceSinks* sinks, int64_t* bad) {
+  int64_t nonzeros = 0;
+  const bool fast_pext = FastPext();
+  const int64_t slice_end = std::min(n, k1 * block);
+  for (int64_t k = k0; k < k1; ++k) {
+    const int64_t begin = k * block, end = std::min(n, begin + block);
+    const MaxAbsResult p = MaxAbsAvx2(x + begin, e + begin, end - begin);
+    const float m = p.max_abs * s;
+    if (!p.finite || !std::isfinite(m)) {
+      *bad = k;
+      break;
+    }
+    scales[k] = m;
+    nonzeros += fast_pext ? Quantize320Avx2<true>(x + begin, e + begin, e_out + begin,
+                                                  end - begin, m, sinks, slice_end - begin)
+                          : Quantize320Avx2<false>(x + begin, e + begin, e_out + begin,
+                                                   end - begin, m, sinks, slice_end - begin);
+  }
+  return nonzeros;
 }
 
 #endif
@@ -800,6 +960,9 @@ int64_t QuantizeBlocks(const float* x, const float* e, float* e_out, int64_t n, 
                        int64_t* bad) {
   *bad = -1;
   if (k0 >= k1) return 0;
+#if TLC_X86_KERNELS
+  if (UseAvx2Kernels()) return QuantizeBlocksAvx2(x, e, e_out, n, block, k0, k1, s, scales, sinks, bad);
+#endif
   int64_t nonzeros = 0;
   MaxAbsResult p = MaxAbsSum(x + k0 * block, e + k0 * block, std::min(n, (k0 + 1) * block) - k0 * block);
   for (int64_t k = k0; k < k1; ++k) {

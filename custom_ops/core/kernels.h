@@ -35,6 +35,11 @@ struct BitSink {
       cur = fill ? bits >> (k - fill) : 0;
     }
   }
+  // Put(bits, 64): the fill does not change.
+  inline void Put64(uint64_t bits) {
+    *word++ = cur | (bits << fill);
+    cur = (bits >> 1) >> (63 - fill);  // bits >> (64 - fill), and 0 for fill = 0
+  }
   void Finish() {
     if (fill > 0) *word++ = cur;
     cur = 0;
