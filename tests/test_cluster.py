@@ -119,18 +119,18 @@ def test_wire_bytes_at_least_10x_smaller_than_float32(tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--sparsity_multiplier=2.0"], "sparsity_multiplier must be in [1, 2)"),
+    (["--sparsity_multiplier=2.0"], "sparsity_multiplier must be a number in [1, 2)"),
     (["--compressor=nope"], "--compressor=nope is not a known compressor"),
     (["--data_dir=/nonexistent"], "dataset-fashion-mnist"),
     (["--cluster={\"ps\": [\"a:1\"]}", "--job_name=ps"], "'worker' must be a non-empty list"),
     (["--compressor=3lc_auto"], "needs --push_budget"),
-    (["--compressor=3lc_auto", "--push_budget=0"], "--push_budget must be > 0"),
+    (["--compressor=3lc_auto", "--push_budget=0"], "--push_budget must be a finite number of seconds > 0"),
     (["--netem_rate_changes=10:10mbit"], "needs --netem_rate"),
     (["--netem_rate=1gbit", "--netem_rate_changes=soon:10mbit"], "seconds:rate"),
     (["--netem_rate=1gbit", "--netem_rate_changes=10:fast"], "rate must look like"),
     (["--sync=tf", "--compressor=3lc"], "--sync=tf is TensorFlow's own optimizer"),
     (["--sync=tf", "--compressor=float32", "--pull_compressor=3lc"], "no --pull_compressor"),
-    (["--pull_sparsity_multiplier=2.5"], "--pull_sparsity_multiplier must be in [1, 2)"),
+    (["--pull_sparsity_multiplier=2.5"], "--pull_sparsity_multiplier must be a number in [1, 2)"),
     (["--compressor=float32", "--pull_sparsity_multiplier=1.0"], "needs a 3lc model pull"),
 ])
 def test_bad_configuration_is_refused(tmp_path, flags, message):
