@@ -10,6 +10,8 @@ import os
 
 import pytest
 
+ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 CLUSTER = {
     "test_autotune", "test_bad_flags", "test_bench_training", "test_channels",
     "test_chief_restart_tokens", "test_cluster", "test_data", "test_drop_in",
@@ -36,3 +38,15 @@ def pytest_collection_modifyitems(items):
                  if name in files]
         for kind in kinds or ["unit"]:
             item.add_marker(getattr(pytest.mark, kind))
+
+
+@pytest.fixture(scope="session")
+def no_tensorflow(tmp_path_factory):
+    """An environment in which `import tensorflow` fails loudly."""
+    shim = tmp_path_factory.mktemp("shim")
+    (shim / "tensorflow").mkdir()
+    (shim / "tensorflow" / "__init__.py").write_text(
+        "raise ImportError('TENSORFLOW WAS IMPORTED')\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), ROOT_DIR, env.get("PYTHONPATH")) if p)
+    return env

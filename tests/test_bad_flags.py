@@ -95,18 +95,6 @@ NEEDS_TF = {"--compressor_args=nope=1"}  # builds the compressor: the only check
 
 
 @pytest.fixture(scope="module")
-def no_tensorflow(tmp_path_factory):
-    """An environment in which `import tensorflow` fails loudly."""
-    shim = tmp_path_factory.mktemp("shim")
-    (shim / "tensorflow").mkdir()
-    (shim / "tensorflow" / "__init__.py").write_text(
-        "raise ImportError('TENSORFLOW WAS IMPORTED')\n")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), ROOT, env.get("PYTHONPATH")) if p)
-    return env
-
-
-@pytest.fixture(scope="module")
 def outcomes(tmp_path_factory, no_tensorflow):
     """Runs every row: {row index: (exit code, output lines, run directory)}."""
     base = tmp_path_factory.mktemp("bad_flags")

@@ -19,18 +19,6 @@ NOISE = ("Graph was finalized", "local_init_op", "deprecat", "Instructions for u
          "oneDNN", "absl::InitializeLog", "cpu_feature_guard", "Coordinator stopped")
 
 
-@pytest.fixture(scope="module")
-def no_tensorflow(tmp_path_factory):
-    """Environment in which `import tensorflow` fails loudly."""
-    shim = tmp_path_factory.mktemp("shim")
-    (shim / "tensorflow").mkdir()
-    (shim / "tensorflow" / "__init__.py").write_text(
-        "raise ImportError('TENSORFLOW WAS IMPORTED')\n")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), ROOT, env.get("PYTHONPATH")) if p)
-    return env
-
-
 def test_static_names_match_the_registries():
     from tlc import compressors  # pylint: disable=import-outside-toplevel
     from tlc.job import data, models  # pylint: disable=import-outside-toplevel
