@@ -10,6 +10,7 @@ error or Ctrl-C.
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -182,6 +183,7 @@ class Launcher:
 
     def _pump(self, task, proc, log, echo):
         """Copies a task's output to its log (and the chief's to our stdout)."""
+        console = ConsoleFilter()
         with contextlib.ExitStack() as closing:
             closing.callback(_close_quietly, log)
             for line in iter(proc.stdout.readline, b""):
@@ -193,7 +195,7 @@ class Launcher:
                         print(f"tlc: cannot write {log.name}: {e.strerror}; its output is "
                               "no longer logged", file=sys.stderr, flush=True)
                         log = None
-                if echo and not _is_tf_noise(line):
+                if echo and console.shows(line):
                     sys.stdout.write(line.decode(errors="replace"))
                     sys.stdout.flush()
         proc.wait()
@@ -275,10 +277,19 @@ class Launcher:
             thread.join(timeout=1.0)
 
     def __enter__(self):
-        self._old_handlers = {}
+        self._old_handlers, self._starting, self._pending = {}, True, None
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.__exit__()
+            raise
+        finally:
+            self._starting = False
+        if self._pending is not None:  # came while a process was being started
+            self.__exit__()
+            raise SystemExit(128 + self._pending)
         return self
 
     def __exit__(self, *exc):
@@ -288,6 +299,11 @@ class Launcher:
         return False
 
     def _on_signal(self, signum, _frame):
+        if self._starting:
+            # Not now: raised inside Popen, after the fork, it would leave a
+            # task that self.procs does not know (and stop() cannot stop).
+            self._pending = signum
+            return
         self.stop()
         raise SystemExit(128 + signum)
 
@@ -316,6 +332,35 @@ def _signal_group(proc, sig):
 
 
 
+# TF's log lines: absl's format (I/W/E, MMDD, time, thread, file:line]), from
+# C++ and from TF's Python logger, and the Python logger's own 'ERROR:tensorflow:'.
+# E.g. gRPC errors after a recovery: they stay in the task logs.
+_TF_LOG_LINE = re.compile(rb"^([IWE]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [^ \]]+:\d+\] |"
+                          rb"(DEBUG|INFO|WARNING|ERROR):tensorflow:)")
+# What tlc's own tasks print (task.py, watchdog.py, tlc/optimizer), and tracebacks.
+_OWN_LINE = re.compile(rb"^(step\s|test accuracy|tlc|worker \d|ps \d|Traceback)")
+
+
 def _is_tf_noise(line):
     return line.startswith((b"I0000", b"W0000", b"WARNING", b"Instructions", b"  ")) or \
-        b"oneDNN" in line or b"cpu_feature_guard" in line or line.strip() == b""
+        b"oneDNN" in line or b"cpu_feature_guard" in line or line.strip() == b"" or \
+        bool(_TF_LOG_LINE.match(line))
+
+
+class ConsoleFilter:
+    """Which of a task's output lines reach the console: not TF's log lines
+    nor the lines that continue one (a multi-line error, e.g. gRPC's
+    'Additional GRPC error information ...'), up to the next line tlc prints."""
+
+    def __init__(self):
+        self._in_tf_record = False
+
+    def shows(self, line):
+        if _TF_LOG_LINE.match(line):
+            self._in_tf_record = True
+            return False
+        if self._in_tf_record:
+            if not _OWN_LINE.match(line):
+                return False
+            self._in_tf_record = False
+        return not _is_tf_noise(line)

@@ -3,6 +3,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -67,6 +68,17 @@ def failure_summary(logdir):
     return f"{last}; {why[:200]}"
 
 
+def last_own_line(logdir, name):
+    """The last line a task printed about itself ('worker 1: ...'), or None."""
+    job, index = re.fullmatch(r"([a-z]+)(\d+)", name).groups()
+    try:
+        with open(os.path.join(logdir, f"{name}.log"), encoding="utf-8", errors="replace") as f:
+            own = [line.rstrip("\n") for line in f if line.startswith(f"{job} {index}: ")]
+    except OSError:
+        return None
+    return own[-1] if own else None
+
+
 def default_logdir():
     return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
 
@@ -77,8 +89,9 @@ _REPORT_KEYS = frozenset({"task", "bytes_pushed", "bytes_pulled", "worker_steps"
 
 
 def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=None,
-              rate_changes=None, failed=None):
-    """Combines the workers' reports into one summary (also written to summary.json)."""
+              rate_changes=None, failed=None, stop_reason=None):
+    """Combines the workers' reports into one summary (also written to summary.json).
+    stop_reason: why the launcher stopped a run no task failed in (--timeout)."""
     reports, unreadable = [], {}
     for index in range(len(spec["worker"])):
         path = os.path.join(logdir, f"worker{index}.json")
@@ -129,6 +142,8 @@ def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=Non
         summary["rate_changes"] = rate_changes
     if unreadable:
         summary["unreadable_reports"] = unreadable
+    if stop_reason:
+        summary.update(ok=False, stop_reason=stop_reason)
     if exit_times and reports:
         # Shutdown time: from the moment the last worker finished its work
         # (training, final checks, evaluation) to the last process exit.
@@ -151,6 +166,20 @@ def failed_tasks(codes, stopped, spare_workers):
     if not failed:  # nothing failed by itself: did every worker finish?
         failed = {name(t): c for t, c in codes.items() if t[0] == "worker" and t in stopped}
     return failed, [f"worker{i}" for i in spared]
+
+
+def timed_out(codes, stopped, elapsed, timeout):
+    """Whether the launcher stopped the run at --timeout: no task failed by
+    itself, a worker was still running and the time was up."""
+    own = [t for t, c in codes.items() if c not in (0, None) and t not in stopped]
+    return not own and elapsed >= timeout and any(job == "worker" for job, _ in stopped)
+
+
+def _signal_name(number):
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 class AtStep(int):
@@ -238,11 +267,18 @@ def launch(flags, argv=None, spec=None):
     try:
         data.check_available(flags.dataset, flags.data_dir)
     except data.DatasetError as e:
-        raise SystemExit(f"tlc: {e}") from None
-    logdir = flags.logdir or default_logdir()
-    cl.check_writable(logdir)
+        given = f"--dataset={flags.dataset}" + (f", --data_dir={flags.data_dir}"
+                                                 if flags.data_dir else "")
+        raise SystemExit(f"tlc: {e} ({given})") from None
     if spec is not None and flags.netem_rate:
         raise SystemExit("--netem_rate makes its own addresses; do not combine it with --cluster")
+    if flags.netem_rate:  # before the run directory is made
+        from testbed import netem  # pylint: disable=import-outside-toplevel
+        ok, reason = netem.netem_available()
+        if not ok:
+            raise SystemExit(f"tlc: --netem_rate needs network namespaces: {reason}")
+    logdir = flags.logdir or default_logdir()
+    cl.check_writable(logdir)
     num_tasks = flags.num_ps + flags.num_workers if spec is None else len(cl.tasks(spec))
     with _network(flags, num_tasks) as (net, addresses):
         if spec is None:
@@ -262,20 +298,40 @@ def launch(flags, argv=None, spec=None):
             with cl.Launcher(spec, lambda job, index: task_command(spec, job, index, logdir, argv),
                              logdir, prefix=prefix) as launcher:
                 codes = launcher.wait(timeout=flags.timeout, spare_workers=flags.backup_workers)
+        except SystemExit as e:  # a signal: the Launcher has stopped every task
+            if isinstance(e.code, int) and e.code > 128:
+                print(f"tlc: stopped by {_signal_name(e.code - 128)} at step "
+                      f"{printed_step(logdir)} of {flags.steps}: every task stopped; see their "
+                      f"logs in {logdir}", file=sys.stderr, flush=True)
+            raise
         finally:
             stop_changes()
         wire = None
         if net is not None:  # counted by the kernel on each task's link
             wire = {f"{job}{index}": net.counters(i) for i, (job, index) in enumerate(order)}
         failed, spared = failed_tasks(codes, launcher.stopped, flags.backup_workers)
+        reason = None
+        if timed_out(codes, launcher.stopped, time.time() - start, flags.timeout):
+            reason = (f"--timeout={flags.timeout:g} s reached at step {printed_step(logdir)} "
+                      f"of {flags.steps}")
+            failed = {}
         summary = summarize(logdir, spec, codes, time.time() - start, launcher.exit_times, wire,
-                            rate_changes, failed)
+                            rate_changes, failed, stop_reason=reason)
     from tlc.job import report  # pylint: disable=import-outside-toplevel
     print(report.finish(summary, logdir), flush=True)  # the full record is summary.json
     for name in spared:
         print(f"tlc: {name} ended with exit code {summary['exit_codes'][name]}; training went on "
               f"without it (--backup_workers={flags.backup_workers})", file=sys.stderr)
+    if reason:
+        print(f"tlc: stopped: {reason}; stopped by the launcher: "
+              f"{', '.join(sorted(f'{job}{i}' for job, i in launcher.stopped))}; see their logs "
+              f"in {logdir}", file=sys.stderr)
+        return 1
     if not summary["ok"]:
+        for name in failed:  # the chief's own lines are on the console already
+            line = None if name == "worker0" else last_own_line(logdir, name)
+            if line:
+                print(line, file=sys.stderr)
         listed = ", ".join(f"{t} (exit {c})" for t, c in failed.items()) or "none"
         others = sorted(f"{job}{i}" for job, i in launcher.stopped if f"{job}{i}" not in failed)
         print(f"tlc: failed tasks: {listed}"

@@ -28,6 +28,9 @@ def lines(summary, logdir, drawn=()):
         pull = f" (pulls: {pull})" if pull and pull != s.get("compressor") else ""
         out = [f"tlc: done: {s.get('global_step')} steps of {s.get('model')} with "
                f"{s.get('compressor')}{pull} on {workers} workers"]
+    elif s.get("stop_reason"):  # stopped by the launcher, no task failed (--timeout)
+        out = [f"tlc: STOPPED: {s['stop_reason']}, {workers} worker reports (the task logs "
+               "are in the run directory)"]
     else:
         failed = s.get("failed_tasks")  # not the tasks the launcher stopped because of them
         if failed is None:

@@ -2,6 +2,7 @@
 import contextlib
 import errno
 import os
+import re
 import socket
 import time
 
@@ -43,13 +44,23 @@ def run(spec, job, index, flags):
         return 0
     if flags.logdir:
         cl.check_writable(flags.logdir)
-    watchdog.Watchdog(f"worker {index}", {f"ps{i}": a for i, a in enumerate(spec["ps"])},
-                      flags.unreachable_timeout).start()
+    # Names a parameter server that cannot be reached, or is reached but does
+    # not answer (frozen), and a step that waits while they all answer.
+    servers = {f"ps{i}": f"/job:ps/task:{i}" for i in range(len(spec["ps"]))}
+    prober = watchdog.TensorFlowProber(server.target, own, servers,
+                                       deadline=max(1.0, flags.stall_timeout / 2))
+    dog = watchdog.Watchdog(f"worker {index}", {f"ps{i}": a for i, a in enumerate(spec["ps"])},
+                            flags.unreachable_timeout, prober=prober,
+                            stall_timeout=flags.stall_timeout).start()
     try:
-        return _run_worker(server, cluster, spec, index, config, flags)
+        return _run_worker(server, cluster, spec, index, config, flags, dog)
     except (tf.errors.OpError, FloatingPointError) as e:
         # One clear line; the parameter servers and other workers carry on.
-        print(f"worker {index}: training step failed: {_error_summary(e)}", flush=True)
+        if getattr(e, "tlc_step", None) is None:
+            # Raised by the step the loop was in, or (the chief's update runs
+            # in a thread of the session) by the session when it noticed.
+            e.tlc_step = dog.last_step
+        print(failure_line(index, e), flush=True)
         return 1
     except (ModelLostError, CheckpointError, FlagError) as e:
         print(f"worker {index}: {e}", flush=True)
@@ -78,16 +89,68 @@ def _quiet_tensorflow():
     deprecation._PRINT_DEPRECATION_WARNINGS = False  # pylint: disable=protected-access
 
 
+_NODE = re.compile(r"\[\[\{\{node ([^}]+)\}\}\]\]")
+_FROM = re.compile(r"^(?:[A-Z_]+: )?From /job:(\w+)/replica:\d+/task:(\d+):$")
+# gRPC's account of an error another task already gave (RecvTensor, RunGraph).
+_GRPC_ECHO = ("Additional GRPC error information", ":UNKNOWN:Error received from peer")
+# Where the optimizer compresses each variable's tensors (tlc/optimizer/push.py, pull_log.py).
+_CODING_SCOPES = {"tlc_encode_push/": "the gradient of", "tlc_decode_push/": "the pushed gradient of",
+                  "tlc_encode_pull/": "the model delta of"}
+
+
 def _error_summary(error):
-    """The error itself and the op it came from, without TF's traceback."""
+    """The error itself and where it came from (task, op), without TF's traceback."""
     if not isinstance(error, tf.errors.OpError):
         return str(error)
-    noise = ("File ", "Detected at node", "Node:", "Graph execution error", "[[")
+    text, op, origin = _error_parts(error)
+    where = [f"op {op}"] if op else []
+    if origin:
+        where.append(f"on {origin}")
+    return text + (f" ({', '.join(where)})" if where else "")
+
+
+def _error_parts(error):
+    """(the first cause's text in one line, its op or None, the task it came from or None)."""
+    noise = ("File ", "Detected at node", "Node:", "Graph execution error", "[[") + _GRPC_ECHO
     lines = [line.strip() for line in error.message.splitlines()]
-    text = [line for line in lines
-            if line and not line.startswith(noise) and "most recent call last" not in line]
-    where = f" (op {error.op.name})" if error.op is not None else ""
-    return "; ".join(dict.fromkeys(text)) + where
+    origins = [i for i, line in enumerate(lines) if _FROM.match(line)]
+    origin = None
+    if origins:  # the first task's error; later ones are others' account of it
+        first = _FROM.match(lines[origins[0]])
+        origin = f"{first[1]}{first[2]}"
+        lines = lines[origins[0] + 1:origins[1] if len(origins) > 1 else None]
+    node = _NODE.search(error.message)
+    op = error.op.name if error.op is not None else node[1] if node else None
+    text = [line for line in lines if line.strip("=") and not line.startswith(noise)
+            and "most recent call last" not in line]
+    if not text:  # nothing but gRPC's account: keep that
+        text = [line for line in lines if line.strip("=")]
+    return "; ".join(dict.fromkeys(text)), op, origin
+
+
+def _tensor_of(op_name):
+    """'the gradient of model/fc1/w' for an op of the optimizer's compression, or None."""
+    for scope, what in _CODING_SCOPES.items():
+        _, found, rest = (op_name or "").partition(scope)
+        if found and "/" in rest:
+            return f"{what} {rest.rpartition('/')[0]}"
+    return None
+
+
+def failure_line(index, error):
+    """One line naming the worker, the step and, for non-finite values, the
+    variable: `worker 1: training step failed at step 12: non-finite values
+    in the gradient of model/fc1/w (...)`. The step is the one the worker was
+    running (error.tlc_step, set by the training loop), if known."""
+    step = getattr(error, "tlc_step", None)
+    at = f" at step {step}" if step is not None else ""
+    summary = _error_summary(error)
+    if isinstance(error, tf.errors.OpError) and "non-finite" in error.message:
+        text, op, origin = _error_parts(error)
+        tensor = _tensor_of(op)
+        if tensor:  # named: the op's name says no more
+            summary = f"non-finite values in {tensor}{f' on {origin}' if origin else ''}: {text}"
+    return f"worker {index}: training step failed{at}: {summary}"
 
 
 
@@ -114,7 +177,7 @@ def _tlc_optimizer(flags, num_workers, per_example_loss):
         compress_threshold=flags.compress_threshold)
 
 
-def _run_worker(server, cluster, spec, index, config, flags):
+def _run_worker(server, cluster, spec, index, config, flags, dog):
     is_chief = index == 0
     num_workers = len(spec["worker"])
     dataset = data.load(flags.dataset, flags.data_dir)
@@ -182,9 +245,13 @@ def _run_worker(server, cluster, spec, index, config, flags):
             x, y = batches.next()
             feed = {images: x, labels: y}
             started = time.perf_counter()
-            _, loss_value, step, sent = sess.run(
-                [train_op, loss, sync.version_after_step, sync.step_traffic],
-                feed if tuner is None else {**feed, **tuner.feed_dict()})
+            dog.step_started(int(step) + 1)
+            try:
+                _, loss_value, step, sent = sess.run(
+                    [train_op, loss, sync.version_after_step, sync.step_traffic],
+                    feed if tuner is None else {**feed, **tuner.feed_dict()})
+            finally:
+                dog.step_ended()
             if tuner is not None:
                 tuner.after_step(sess, feed, time.perf_counter() - started,
                                  sent["pushed"], sent["pulled"])
@@ -193,7 +260,9 @@ def _run_worker(server, cluster, spec, index, config, flags):
                 history.append((int(step), time.time() - start, float(loss_value),
                                 int(sent["pushed"]), int(sent["pulled"])))
             if not np.isfinite(loss_value):
-                raise FloatingPointError(f"worker {index}: loss is {loss_value} at step {step}")
+                error = FloatingPointError(f"loss is {loss_value}")
+                error.tlc_step = int(step)
+                raise error
             if is_chief and (step // flags.log_every > last["step"] // flags.log_every
                              or step >= flags.steps):
                 last = _report(sess, traffic, step, loss_value, last, flags, writer, tuner)

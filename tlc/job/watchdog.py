@@ -1,10 +1,18 @@
-"""A worker never waits silently for a parameter server it cannot reach.
+"""A worker never waits silently for a parameter server.
 
 TF's gRPC runtime retries an unreachable task forever without a word (its
-"still waiting" lines are C++ INFO logs). A thread here connects to every
-parameter server's port once a second; while one stays unreachable it logs
-`worker 1: waiting for ps0 at host:port for 30 s` at growing intervals, and
-after `timeout` seconds it ends the process with exit code 1.
+"still waiting" lines are C++ INFO logs), and a frozen server (stopped, or
+stuck) still accepts TCP connections: its kernel answers for it. So a
+thread here connects to every parameter server's port once a second, and a
+prober (see `TensorFlowProber`) asks each one for its clock through TF, with
+a deadline, from a thread of its own. Lines, at growing intervals:
+
+  worker 1: waiting for ps0 at host:port for 30 s          (no TCP connect)
+  worker 1: ps0 at host:port has not answered for 60 s ... (connects, no answer)
+  worker 1: step 212 has waited 60 s; every parameter server answers ...
+
+After `timeout` seconds without a connection or an answer the process ends
+with exit code 1.
 """
 import os
 import socket
@@ -25,40 +33,124 @@ def reachable(address, timeout=1.0):
         return False
 
 
-def report_times(timeout):
-    """When to report: 10, 20, 40, ... seconds (below the timeout)."""
-    times, t = [], FIRST_REPORT
+def report_times(timeout, first=FIRST_REPORT):
+    """When to report: first, 2 first, 4 first, ... seconds (below the timeout)."""
+    times, t = [], first
     while t < timeout:
         times.append(t)
         t *= 2
     return times
 
 
-class Watchdog:
-    """Watches `targets` ({name: "host:port"}) from a daemon thread."""
+class TensorFlowProber:
+    """Asks each parameter server for its clock (tf.timestamp placed on it)
+    once a second, each from a daemon thread of its own, with a deadline;
+    `last_answer(name)` is when it last answered (None: not yet). A thread
+    that blocks (a session being made to a frozen server) only delays its
+    own server's next answer, which is what is being measured."""
 
-    def __init__(self, who, targets, timeout, give_up=None):
-        self.who, self.targets, self.timeout = who, dict(targets), float(timeout)
-        self._give_up = give_up or _exit_now
+    def __init__(self, target, own_device, servers, deadline):
+        self.target, self.own_device, self.deadline = target, own_device, float(deadline)
+        self.servers = dict(servers)  # name -> device, e.g. {"ps0": "/job:ps/task:0"}
+        self._answers = {}
         self._stop = threading.Event()
 
     def start(self):
-        threading.Thread(target=self._run, name="tlc-watchdog", daemon=True).start()
+        for name, device in self.servers.items():
+            threading.Thread(target=self._probe, args=(name, device), daemon=True,
+                             name=f"tlc-probe-{name}").start()
         return self
 
     def stop(self):
         self._stop.set()
 
+    def last_answer(self, name):
+        return self._answers.get(name)
+
+    def _probe(self, name, device):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        graph = tf.Graph()
+        with graph.as_default(), tf.device(device):
+            clock = tf.timestamp()  # stateful: runs on the server, never folded away
+        config = tf.compat.v1.ConfigProto(device_filters=[device, self.own_device])
+        options = tf.compat.v1.RunOptions(timeout_in_ms=max(1, int(self.deadline * 1000)))
+        session = None
+        while not self._stop.is_set():
+            try:
+                if session is None:  # blocks while the server is frozen
+                    session = tf.compat.v1.Session(self.target, graph=graph, config=config)
+                session.run(clock, options=options)
+                self._answers[name] = time.time()
+            except tf.errors.DeadlineExceededError:
+                pass  # no answer in time: ask again in the same session
+            except tf.errors.OpError:
+                # Unreachable, or restarted (it forgot the session): a new one. The old
+                # one is left unclosed: closing it would wait for the server too.
+                session = None
+            self._stop.wait(PROBE_EVERY)
+
+
+class Watchdog:
+    """Watches `targets` ({name: "host:port"}) from a daemon thread.
+
+    prober: optional, with last_answer(name); then a server that connects but
+    has not answered for `stall_timeout` seconds is named too. A worker's
+    training loop may call step_started(step) / step_ended() so that a step
+    waiting `stall_timeout` seconds while every server answers is named.
+    """
+
+    def __init__(self, who, targets, timeout, give_up=None, prober=None, stall_timeout=None):
+        self.who, self.targets, self.timeout = who, dict(targets), float(timeout)
+        self.prober = prober
+        self.stall_timeout = float(stall_timeout if stall_timeout is not None else timeout)
+        self._give_up = give_up or _exit_now
+        self._stop = threading.Event()
+        self._step = None  # (step, since) while the training loop is inside a step
+        self.last_step = None  # the step the training loop started last
+
+    def start(self):
+        if self.prober is not None:
+            self.prober.start()
+        threading.Thread(target=self._run, name="tlc-watchdog", daemon=True).start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        if self.prober is not None:
+            self.prober.stop()
+
+    def step_started(self, step):
+        self._step = (step, time.time())
+        self.last_step = step
+
+    def step_ended(self):
+        self._step = None
+
     def _run(self):
-        down_since, reported = {}, {}
+        try:
+            self._watch()
+        except _GaveUp:
+            return
+
+    def _watch(self):
+        started = time.time()
+        down_since, reported, silent_reported, up_since = {}, {}, {}, {}
+        step_reported = (None, 0)
         while not self._stop.wait(PROBE_EVERY):
             now = time.time()
+            quiet = []  # servers that connect but do not answer
             for name, address in self.targets.items():
                 if reachable(address):
-                    if name in down_since and reported.get(name):
-                        print(f"{self.who}: {name} at {address} is reachable again", flush=True)
+                    if name in down_since:
+                        up_since[name] = now  # its silence counts from now
+                        if reported.get(name):
+                            print(f"{self.who}: {name} at {address} is reachable again",
+                                  flush=True)
                     down_since.pop(name, None)
                     reported.pop(name, None)
+                    if self._silent(name, address, now, up_since.get(name, started),
+                                    silent_reported):
+                        quiet.append(name)
                     continue
                 since = down_since.setdefault(name, now)
                 waited = now - since
@@ -68,10 +160,56 @@ class Watchdog:
                     print(f"{self.who}: waiting for {name} at {address} for {due[-1]:.0f} s",
                           flush=True)
                 if waited >= self.timeout:
-                    self._give_up(f"{self.who}: giving up: {name} at {address} has been "
-                                  f"unreachable for {waited:.0f} s (--unreachable_timeout="
-                                  f"{self.timeout:g})")
-                    return
+                    self._stop_now(f"{self.who}: giving up: {name} at {address} has been "
+                                   f"unreachable for {waited:.0f} s (--unreachable_timeout="
+                                   f"{self.timeout:g})")
+            step_reported = self._check_step(now, quiet or down_since, step_reported)
+
+    def _stop_now(self, message):
+        self._give_up(message)
+        raise _GaveUp()
+
+    def _silent(self, name, address, now, since, reported):
+        """Names a server that connects but has not answered the prober since
+        `since` for --stall_timeout; True while it is that silent."""
+        if self.prober is None:
+            return False
+        last = self.prober.last_answer(name)
+        silent = now - max(last or since, since)
+        if silent < self.stall_timeout:
+            if reported.pop(name, 0):
+                print(f"{self.who}: {name} at {address} answers again", flush=True)
+            return False
+        due = [t for t in report_times(self.timeout, self.stall_timeout) if t <= silent]
+        if len(due) > reported.get(name, 0):
+            reported[name] = len(due)
+            print(f"{self.who}: {name} at {address} has not answered for {due[-1]:.0f} s "
+                  f"(it accepts connections: stopped or stuck?; --stall_timeout="
+                  f"{self.stall_timeout:g})", flush=True)
+        if silent >= self.timeout:
+            self._stop_now(f"{self.who}: giving up: {name} at {address} has not answered for "
+                           f"{silent:.0f} s (--unreachable_timeout={self.timeout:g})")
+        return True
+
+    def _check_step(self, now, servers_named, reported):
+        """Names a training step that has waited --stall_timeout while every
+        server answers (the wait is elsewhere: other workers, the chief).
+        reported: ((step, since), lines so far) of the step last looked at."""
+        current = self._step
+        if current is None or self.prober is None:
+            return (None, 0)
+        count = reported[1] if reported[0] == current else 0
+        due = [t for t in report_times(1e9, self.stall_timeout) if t <= now - current[1]]
+        if len(due) > count:
+            if not servers_named:  # a silent server has been named already
+                print(f"{self.who}: step {current[0]} has waited {due[-1]:.0f} s; every "
+                      "parameter server answers (waiting for other workers?)", flush=True)
+            count = len(due)
+        return (current, count)
+
+
+class _GaveUp(Exception):
+    """The watchdog has given up (its give_up did not end the process)."""
 
 
 def _exit_now(message):
