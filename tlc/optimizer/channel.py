@@ -28,12 +28,13 @@ class Channel:
         return [t for e in self.pulled for t in self.record_templates[e.name]]
 
     def make_state(self):
-        """Shadows and the pull log (PS state outside checkpoints)."""
+        """Shadows (saved: master - shadow is the pull's residual) and the
+        pull log (not saved)."""
         with tf.device(self.device):
             for entry in self.pulled:
                 if entry.compressed:
                     entry.shadow = state.server_variable(entry.master.shape, entry.dtype,
-                                                         entry.name + "/tlc_shadow")
+                                                         entry.name + "/tlc_shadow", saved=True)
             if self.pulled:
                 self.log = _shared_table(
                     "tlc_pull_log_" + self.device.strip("/").replace("/", "_").replace(":", "_"))

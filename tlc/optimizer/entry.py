@@ -19,6 +19,7 @@ class Entry:
         self.accumulator = None
         self.aggregated = None      # PS: the averaged IndexedSlices (row-sparse gradients)
         self.push_payload = None    # the tensors a push sends for this variable
+        self.push_memory = None     # worker: the push's error-feedback variables
         self.pull_payload = None    # PS: the pull compression's output, once counted
         self.sparse = False         # the gradient is row-sparse (IndexedSlices)
         self.pull_rows = False      # the pull logs only the rows a step changed

@@ -6,6 +6,7 @@ import time
 
 import tensorflow as tf
 
+from tlc.optimizer import residuals as residuals_lib
 from tlc.optimizer.recovery import check_not_behind
 
 
@@ -31,6 +32,9 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._ops, self._full_sync, self._recovery = (built.session_ops, built.full_sync,
                                                       built.recovery)
         self._init_tokens = self._make_init_tokens() if self._is_chief else None
+        self._residuals = self._ops.residuals
+        # Before the Scaffold picks the graph's saver: tlc's saves its state.
+        residuals_lib.install_saver(self._residuals)
 
     def after_create_session(self, session, coord):
         self._recovery.init_persistent(session)
@@ -47,15 +51,17 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             self.chief_update_session = None
         interrupted = self._is_chief and session.run(self._ops.update_interrupted)
         if self._is_chief:
-            restored_at = session.run(self._ops.fresh_state_at)
-            if restored_at > 0:
-                print(f"tlc: model restored at step {restored_at}; tlc's own state (shadows, "
-                      "pull logs, counters) starts fresh", flush=True)
+            self._say_restored(session.run(self._ops.fresh_state_at))
         session.run(self._ops.chief_init_op if self._is_chief else self._ops.local_step_init_op)
         while not session.run(self._ops.shadow_ready):
             if time.time() > deadline:
                 raise RuntimeError("tlc: the chief never initialised the model shadows")
             time.sleep(0.1)
+        # This worker's push residual: its PS copy (saved in checkpoints).
+        if self._residuals.load_op is not None:
+            session.run(self._residuals.load_op)
+            if self._is_chief:  # every worker loads its copy: they are current
+                self._residuals.current_at = int(session.run(self._residuals.global_step))
         version = self._full_sync.run(session)
         check_not_behind(self._seen_version, version, "chief" if self._is_chief else "worker")
         self._seen_version = max(self._seen_version, version)
@@ -66,6 +72,54 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
                 # for the tokens it would have released.
                 session.run(self._ops.restart_tokens)
             self._start_chief_updates(session, coord)
+        else:
+            self._start_residual_answers(session, coord)
+
+    def _say_restored(self, restored_at):
+        """One line on tlc's state after a checkpoint restore (chief)."""
+        residuals = self._residuals
+        if restored_at > 0:
+            restored = residuals.restored
+            if restored is not None and restored[1]:
+                print(f"tlc: model restored at step {restored_at} with tlc's error-feedback "
+                      "state (shadows, push residuals); pull logs and counters start fresh",
+                      flush=True)
+            else:
+                kept = "shadows, push residuals" if residuals.copies else "shadows"
+                print(f"tlc: model restored at step {restored_at}; tlc's own state ({kept}, "
+                      "pull logs, counters) starts fresh", flush=True)
+                return
+        line = residuals.describe_restore()
+        if line:
+            print(line, flush=True)
+        residuals.restored = None
+
+    def _start_residual_answers(self, session, coord):
+        """A worker's thread that writes its push residual to the PS when the
+        chief saves (residuals.py); blocked on the PS's queue otherwise."""
+        answer = self._residuals.answer_op
+        if answer is None or not session.sess_str:
+            return  # no residuals, or an in-process session: no other worker
+        own = tf.compat.v1.Session(session.sess_str, graph=session.graph,
+                                   config=getattr(session, "_config", None))
+
+        def answer_requests():
+            try:
+                while not coord.should_stop():
+                    own.run(answer)
+            except (tf.errors.OpError, RuntimeError):
+                pass  # the session closed (the end) or the PS went away
+
+        def close_when_stopped():
+            coord.wait_for_stop()
+            own.close()
+
+        threading.Thread(target=answer_requests, daemon=True,
+                         name="tlc_residual_answers").start()
+        closer = threading.Thread(target=close_when_stopped, daemon=True,
+                                  name="tlc_residual_answers_closer")
+        coord.register_thread(closer)
+        closer.start()
 
     def _start_chief_updates(self, session, coord):
         """Runs the chief's queue runner in a session of its own, closed when
@@ -110,6 +164,11 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             self._full_sync.run(run_context.session)
 
     def end(self, session):
+        if not self._is_chief:
+            try:  # the chief's last checkpoint waits for it no more
+                self._residuals.upload_at_end(session)
+            except tf.errors.OpError:
+                pass
         # Wake workers still waiting for a token so that they can see the end.
         if self._is_chief:
             try:

@@ -5,19 +5,24 @@ variables' accumulators (stale pushes dropped by the accumulator)."""
 import tensorflow as tf
 
 from tlc.compressors import payload_bytes
-from tlc.optimizer import sparse, timing
+from tlc.optimizer import residuals, sparse, timing
 
 
 def encode(shared, entry, grad):
     """Worker side for one variable: (parts, payload bytes, compress seconds or None)."""
     config = shared.config
     if isinstance(grad, tf.IndexedSlices):  # rows stay rows (sparse.py)
+        before = set(v.ref() for v in tf.compat.v1.local_variables())
         with tf.name_scope(f"tlc_encode_push/{entry.name}"):
             parts = sparse.encode_rows(entry, grad, sparse.rows_compressor(config, entry))
+        # The row error buffer, if the compressor keeps one (checkpointed).
+        entry.push_memory = [v for v in tf.compat.v1.local_variables()
+                             if v.ref() not in before and v.dtype.base_dtype.is_floating]
         entry.push_payload = parts
         return list(parts), payload_bytes(parts), None
     if entry.compressed:
         memory = config.compressor.make_memory(entry.num_elements, entry.name + "/tlc_push_memory")
+        entry.push_memory = residuals.memory_variables(memory)
         with tf.name_scope(f"tlc_encode_push/{entry.name}"):
             flat = tf.cast(tf.reshape(grad, [-1]), config.compressor.wire_dtype(entry.dtype))
             payload = list(config.compressor.compress(flat, memory))

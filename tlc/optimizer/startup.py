@@ -4,6 +4,7 @@ own recipes (Supervisor, a plain Session) use only this object."""
 import tensorflow as tf
 
 from tlc.optimizer import state
+from tlc.optimizer.residuals import Residuals
 
 
 class SessionOps:
@@ -17,10 +18,14 @@ class SessionOps:
         self.local_step_init_op = shared.local_step.assign(gs.read_value())
         with tf.device(gs.device):
             self._gs_value = gs.read_value()
+        self.residuals = Residuals(shared, entries)
         ensured = [state.ensure_initialized(v) for v in server.variables]
-        ensured += [state.ensure_initialized(e.shadow) for e in entries if e.shadow is not None]
+        ensured += [state.ensure_initialized(v) for v in self.residuals.server_variables]
+        # A shadow made now starts as its master; one restored from a
+        # checkpoint, or kept by its PS, stays.
+        ensured += [state.ensure_initialized(e.shadow, e.master.read_value)
+                    for e in entries if e.shadow is not None]
         with tf.control_dependencies(ensured):
-            ready = server.shadow_ready.read_value()
             chief_init = [self.local_step_init_op,
                           server.pull_begin.assign(gs.read_value(), read_value=False),
                           worker.is_chief.assign(True, read_value=False)]
@@ -28,10 +33,6 @@ class SessionOps:
                 with tf.device(entry.master.device):
                     if entry.accumulator is not None:
                         chief_init.append(entry.accumulator.set_global_step(gs, name="SetGlobalStep"))
-                    if entry.shadow is not None:
-                        chief_init.append(entry.shadow.assign(
-                            tf.where(ready, entry.shadow.read_value(), entry.master.read_value()),
-                            read_value=False))
         with tf.control_dependencies(chief_init), tf.device(gs.device):
             marked = server.shadow_ready.assign(True, read_value=False)
         self.chief_init_op = tf.group(*chief_init, marked)

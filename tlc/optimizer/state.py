@@ -13,7 +13,10 @@ import tensorflow as tf
 from tlc.optimizer import timing
 
 PERSISTENT = "tlc_persistent_local_variables"  # worker counters: initialised once per process
-SERVER_STATE = "tlc_server_state"  # PS-side tlc state: not saved, initialised by the chief
+SERVER_STATE = "tlc_server_state"  # PS-side tlc state, initialised by the chief
+# The part of it that checkpoints hold (shadows, push residuals): saved by
+# residuals.Saver, not by stock TF savers (residuals.py).
+CHECKPOINTED = "tlc_checkpointed_state"
 
 
 class Config:
@@ -41,23 +44,26 @@ def local_variable(value, dtype, name, shape=None, collections=None):
         collections=collections or [tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
 
 
-def server_variable(shape, dtype, name, value=0):
-    """PS-side tlc state: kept out of checkpoints (a stock TF checkpoint then
-    restores into tlc and back) and initialised by the chief (ensure_initialized)."""
+def server_variable(shape, dtype, name, value=0, saved=False):
+    """PS-side tlc state: out of the global variables (a stock TF checkpoint
+    then restores into tlc and back) and initialised by the chief
+    (ensure_initialized). saved: in tlc's checkpoints (residuals.Saver)."""
+    collections = [SERVER_STATE] + ([CHECKPOINTED] if saved else [])
     return tf.compat.v1.Variable(lambda: tf.fill(shape, tf.cast(value, dtype)), trainable=False, name=name,
-                                 use_resource=True, collections=[SERVER_STATE])
+                                 use_resource=True, collections=collections)
 
 
-def ensure_initialized(variable):
-    """Initialises `variable` unless it already holds a value (a PS that kept
-    its state keeps it). Runs on the variable's device."""
+def ensure_initialized(variable, value=None):
+    """Initialises `variable` (to value(), a callable, if given) unless it
+    already holds a value (a PS that kept its state keeps it, so does a
+    restored checkpoint's). Runs on the variable's device."""
     with tf.device(variable.device):
         # The assign is made inside the branch: `variable.initializer`, made
         # outside, would become a control input of the cond and run every time
         # (it reset the shadows to the masters on each chief session).
         return tf.cond(tf.compat.v1.is_variable_initialized(variable), tf.no_op,
-                       lambda: tf.group(variable.assign(variable.initial_value,
-                                                        read_value=False)))
+                       lambda: tf.group(variable.assign(
+                           value() if value else variable.initial_value, read_value=False)))
 
 
 class ServerState:
