@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from test_faults import BASE_FLAGS, ROOT, chief_step, wait_for
 from tlc.job import cluster as cl
-from tlc.job import task, watchdog
+from tlc.job import launcher, task, watchdog
 
 # TF's log lines as tasks write them (absl's format from C++ and Python, and
 # the Python logger's own), each followed by the lines that continue it.
@@ -308,3 +308,13 @@ def test_a_silent_server_is_named_at_growing_intervals_and_again_when_it_answers
         dog._silent("ps0", "h:1", 171.5, 0.0, reported)  # pylint: disable=protected-access
     assert given_up == ["worker 1: giving up: ps0 at h:1 has not answered for 60 s "
                         "(--unreachable_timeout=60)"]
+
+
+def test_failure_summary_reads_the_failure_line_with_its_step(tmp_path):
+    (tmp_path / "worker0.log").write_text(
+        "step     20/200    5.19 steps/s  loss 1.2323  push     137.9 KiB/step  pull     102.4 "
+        "KiB/step  ratio    54.1x\n"
+        + task.failure_line(0, _error(PULL_ERROR, 21)) + "\n")
+    assert launcher.failure_summary(str(tmp_path)) == (
+        "step 20/200 loss 1.2323; non-finite values in the model delta of model/conv2/w on ps0: "
+        "3lc: non-finite value (x + error) at element 7031 of 51200")

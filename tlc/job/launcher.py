@@ -50,6 +50,9 @@ def finished_run(logdir, steps):
     return summary
 
 
+_STEP_FAILED = re.compile(r"training step failed(?: at step \d+)?: (.*)")  # task.failure_line
+
+
 def failure_summary(logdir):
     """What the chief's log says about a failed run: its last step line and error."""
     try:
@@ -58,8 +61,7 @@ def failure_summary(logdir):
     except FileNotFoundError:
         return "no chief log"
     steps = [line for line in lines if line.startswith("step ")]
-    errors = [line.split("training step failed:", 1)[1] for line in lines
-              if "training step failed:" in line]
+    errors = [m[1] for m in map(_STEP_FAILED.search, lines) if m]
     last = " ".join(steps[-1].split()[:2] + ["loss", steps[-1].split()[5]]) if steps else "no step"
     if not errors:
         return f"{last}; no error line"
