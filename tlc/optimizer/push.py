@@ -29,7 +29,8 @@ def encode(shared, entry, grad):
         seconds = timing.stamp(shared.worker_host, payload) - timing.stamp(shared.worker_host, [flat])
         entry.push_payload = payload
         return payload, payload_bytes(payload), seconds
-    grad = tf.debugging.check_numerics(grad, f"non-finite gradient for variable {entry.name}")
+    with tf.name_scope(f"tlc_encode_push/{entry.name}"):  # the error names the variable
+        grad = tf.debugging.check_numerics(grad, "non-finite value in an uncompressed gradient")
     entry.push_payload = [grad]
     return [grad], tf.constant(entry.dtype.size * entry.num_elements, tf.int64), None
 
