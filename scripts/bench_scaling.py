@@ -192,7 +192,7 @@ def run_cell(workers, ps, args):
     with LINKS[args.links](ps + workers) as links:
         spec = links.cluster(ps, workers)
         started = time.time()
-        with cl.Launcher(spec, lambda job, i: launcher.task_command(spec, job, i, logdir, argv),
+        with cl.TaskProcesses(spec, lambda job, i: launcher.task_command(spec, job, i, logdir, argv),
                          logdir, prefix=links.prefix, echo_chief=False) as running:
             chief = ChiefSteps(running.log_path("worker", 0))
 

@@ -4,7 +4,7 @@
 // call by call, in thread CPU time.
 //
 //   g++ -O3 -ffp-contract=off -fno-math-errno -std=c++17 -Icustom_ops/core
-//       scripts/codec_core_bench.cc custom_ops/core/{base3,golomb,kernels,threelc,zero_run}.cc
+//       scripts/codec_core_bench.cc custom_ops/core/{base3,bitmask_simd,golomb,threelc,zero_run}.cc
 //       -o /tmp/codec_core_bench
 //   /tmp/codec_core_bench X.f32 E.f32 [reps] [block] [out_prefix]
 //
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels.h"
+#include "bitmask_simd.h"
 #include "threelc.h"
 
 namespace {

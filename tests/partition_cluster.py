@@ -38,7 +38,7 @@ class NetCluster:
         self.net = netem.SlowNetwork(num_ps + num_workers, rate=rate)
         self.spec = cl.local_cluster(num_ps, num_workers, hosts=[ip for _, ip in self.net.hosts])
         self.order = cl.tasks(self.spec)
-        self.launcher = cl.Launcher(self.spec, self.command, self.logdir, prefix=self.prefix,
+        self.launcher = cl.TaskProcesses(self.spec, self.command, self.logdir, prefix=self.prefix,
                                     echo_chief=False)
         self.restarts = {}  # task -> how many times it was started again
         self.events = []    # (seconds since start, what the test did, chief's step)

@@ -1,4 +1,4 @@
-"""The bit-mask kernels of the codec core (custom_ops/core/kernels.cc) against the independent
+"""The bit-mask kernels of the codec core (custom_ops/core/bitmask_simd.cc) against the independent
 reference (tests/format_reference.py): sizes around the 64-bit mask words and the 40-element
 quantization spans, sparse and clustered inputs whose Golomb gaps run far past 32 * 2^b, every
 truncation of a Golomb payload, and the portable kernels (TLC_CODEC_GENERIC=1) against the AVX2

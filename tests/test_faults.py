@@ -35,7 +35,7 @@ class Cluster:
     def __init__(self, logdir, num_workers, flags):
         self.logdir, self.flags = str(logdir), flags
         self.spec = cl.local_cluster(1, num_workers)
-        self.launcher = cl.Launcher(self.spec, self.command, self.logdir, echo_chief=False)
+        self.launcher = cl.TaskProcesses(self.spec, self.command, self.logdir, echo_chief=False)
 
     def command(self, job, index):
         return launcher.task_command(self.spec, job, index, self.logdir, self.flags)

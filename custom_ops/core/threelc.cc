@@ -9,7 +9,7 @@
 
 #include "base3.h"
 #include "golomb.h"
-#include "kernels.h"
+#include "bitmask_simd.h"
 #include "zero_run.h"
 
 namespace tlc {

@@ -167,7 +167,7 @@ def tasks(cluster):
     return [(job, i) for job in JOBS for i in range(len(cluster[job]))]
 
 
-class Launcher:
+class TaskProcesses:
     """Runs one process per task; stops all of them however it ends."""
 
     def __init__(self, cluster, command, logdir, prefix=None, echo_chief=True):

@@ -297,10 +297,10 @@ def launch(flags, argv=None, spec=None):
                                               logdir)
                         if net is not None and flags.netem_rate_changes else lambda: None)
         try:
-            with cl.Launcher(spec, lambda job, index: task_command(spec, job, index, logdir, argv),
+            with cl.TaskProcesses(spec, lambda job, index: task_command(spec, job, index, logdir, argv),
                              logdir, prefix=prefix) as launcher:
                 codes = launcher.wait(timeout=flags.timeout, spare_workers=flags.backup_workers)
-        except SystemExit as e:  # a signal: the Launcher has stopped every task
+        except SystemExit as e:  # a signal: TaskProcesses has stopped every task
             if isinstance(e.code, int) and e.code > 128:
                 print(f"tlc: stopped by {_signal_name(e.code - 128)} at step "
                       f"{printed_step(logdir)} of {flags.steps}: every task stopped; see their "

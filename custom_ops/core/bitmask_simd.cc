@@ -1,4 +1,4 @@
-#include "kernels.h"
+#include "bitmask_simd.h"
 
 #include <algorithm>
 #include <cmath>
