@@ -15,18 +15,10 @@ from tlc.job import cluster as cl
 from tlc.job import launcher
 
 from testbed import netem  # type: ignore  # pylint: disable=import-error
+from waiting import wait_for  # tests/waiting.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AVAILABLE, WHY = netem.netem_available()
-
-
-def wait_for(predicate, timeout, what):
-    end = time.time() + timeout
-    while time.time() < end:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class NetCluster:

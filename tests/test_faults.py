@@ -11,6 +11,7 @@ import pytest
 
 from tlc.job import cluster as cl
 from tlc.job import launcher
+from waiting import wait_for  # tests/waiting.py (others import it from here)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE_FLAGS = ["--flagfile=configs/fashion_mnist.cfg", "--flagfile=configs/3lc_s1.00.cfg",
@@ -18,15 +19,6 @@ BASE_FLAGS = ["--flagfile=configs/fashion_mnist.cfg", "--flagfile=configs/3lc_s1
 
 
 chief_step = launcher.printed_step  # latest step the chief has printed (0 if none yet)
-
-
-def wait_for(predicate, timeout, what):
-    end = time.time() + timeout
-    while time.time() < end:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Cluster:
