@@ -4,16 +4,13 @@ examples/own_job.py. The chief is tlc's worker 0, TFJob's worker i tlc's
 worker i + 1; every task resolves the same cluster."""
 import json
 import os
-import subprocess
-import sys
-import threading
 
 import pytest
 
+from test_example_job import run_own_job  # examples/own_job.py's processes
 from tlc.job.cluster import ClusterError, free_ports, from_tf_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLE = os.path.join(ROOT, "examples", "own_job.py")
 
 
 def tfjob_config(cluster, job, index):
@@ -76,31 +73,9 @@ def test_own_job_trains_and_exits_under_tfjob_tf_config():
     ports = free_ports(3)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"],
                "ps": [f"127.0.0.1:{ports[2]}"]}
-    tasks = {}
-    for job, index in (("ps", 0), ("chief", 0), ("worker", 0), ("evaluator", 0)):
-        tasks[(job, index)] = subprocess.Popen(
-            [sys.executable, EXAMPLE, "--steps=40"], cwd=ROOT, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2",
-                 "TF_CONFIG": tfjob_config(cluster, job, index)})
-    output = {}
-
-    def collect(task, proc):
-        output[task] = proc.stdout.read()
-        proc.wait()
-
-    readers = [threading.Thread(target=collect, args=item, daemon=True) for item in tasks.items()]
-    for reader in readers:
-        reader.start()
-    for reader in readers:
-        reader.join(900)  # generous: the machine is shared; a hang fails below
-    stuck = [task for task, proc in tasks.items() if proc.poll() is None]
-    for task in stuck:
-        tasks[task].kill()
-    assert not stuck, f"still running: {stuck}\n" + "\n".join(
-        f"{t}: {output.get(t, '')[-2000:]}" for t in tasks)
-    for task, proc in tasks.items():
-        assert proc.returncode == 0, f"{task}: exit {proc.returncode}\n{output[task][-3000:]}"
+    output, _ = run_own_job({
+        (job, index): (["--steps=40"], {"TF_CONFIG": tfjob_config(cluster, job, index)})
+        for job, index in (("ps", 0), ("chief", 0), ("worker", 0), ("evaluator", 0))})
     # The chief ran as tlc's worker 0, TFJob's worker 0 as worker 1; both trained.
     assert "worker 0: last step at" in output[("chief", 0)], output[("chief", 0)]
     assert "worker 1: last step at" in output[("worker", 0)], output[("worker", 0)]
