@@ -8,7 +8,7 @@
 //       -o /tmp/codec_core_bench
 //   /tmp/codec_core_bench X.f32 E.f32 [reps] [block] [out_prefix]
 //
-// X.f32 / E.f32 hold n raw float32 values each (scripts/bench_codecs.py
+// X.f32 / E.f32 hold n raw float32 values each (benchmarks/bench_codecs.py
 // --dump_input writes the benchmark's real-gradient input). reps = 0 runs one
 // compress and one decompress untimed (for callgrind). With out_prefix the
 // stream is written to out_prefix.code / .scales and the decompressed values

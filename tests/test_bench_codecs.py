@@ -6,12 +6,10 @@ import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import format_reference  # tests/
+from benchmarks import bench_codecs
 
-import bench_codecs  # noqa: E402
-import format_reference  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MI = 1 << 20
 N = 20_000
@@ -80,7 +78,7 @@ def test_tiny_run_structure():
 def test_cli_json(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, "scripts/bench_codecs.py", "--gradients", "synthetic", "--sizes", "0.02",
+        [sys.executable, "-m", "benchmarks.bench_codecs", "--gradients", "synthetic", "--sizes", "0.02",
          "--threads", "1", "--repeats", "1", "--no_tf", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

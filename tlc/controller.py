@@ -31,7 +31,7 @@ from tlc.compressors.aqgb import LEVELS as AQGB_LEVELS
 from tlc.compressors.base import Knob  # noqa: F401  (re-exported: the TF side)
 
 # 3LC bits/value vs s (adaptive encoding, error feedback) measured by
-# scripts/bits_per_value.py on the small CNN / Fashion-MNIST (300 steps): the
+# benchmarks/bits_per_value.py on the small CNN / Fashion-MNIST (300 steps): the
 # curve's shape; its scale is learnt from measured bytes (observe()).
 DEFAULT_BITS_PER_VALUE = {1.0: 0.0364, 1.5: 0.0110, 1.75: 0.0026, 1.9: 0.0004}
 MIN_FIT_SAMPLES = 5  # fewer leave the fit's standard error meaningless

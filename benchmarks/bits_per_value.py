@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Bits per value of 3LC's encodings on gradients from a real training run.
 
 Trains the small CNN on Fashion-MNIST in one process (momentum SGD, float32
@@ -8,18 +7,15 @@ one error buffer per tensor and s as a worker would. Reports bits/value of
 the zero-run encoding (the paper's), of the Golomb/sign encoding, of the
 adaptive choice, and the zeroth-order entropy of the ternary stream.
 
-  python scripts/bits_per_value.py [--steps 300] [--json out.json]
+  python3 -m benchmarks.bits_per_value [--steps 300] [--json out.json]
 """
 import argparse
 import json
 import os
-import sys
 
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 import tensorflow as tf  # noqa: E402
 
 from tlc import codec

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Codec throughput on real-gradient inputs, as ratios measured in one run.
 
-  python3 scripts/bench_codecs.py [--sizes auto] [--threads 1,2] [--out bench.json]
-  python3 scripts/bench_codecs.py --one_pass            # 1 thread, numpy only
-  python3 scripts/bench_codecs.py --table bench.json    # reprint a saved run
+  python3 -m benchmarks.bench_codecs [--sizes auto] [--threads 1,2] [--out bench.json]
+  python3 -m benchmarks.bench_codecs --one_pass            # 1 thread, numpy only
+  python3 -m benchmarks.bench_codecs --table bench.json    # reprint a saved run
 
 Sizes. The last-level cache (LLC) is read from the machine
 (/sys/devices/system/cpu/cpu0/cache/index*/level + size, else
@@ -19,7 +18,7 @@ operation (the other operations of a round evict its data).
 
 Inputs. Gradients of the 1.6M-value fc1 kernel of the default small CNN,
 recorded once from a Fashion-MNIST training run (momentum SGD, as
-scripts/bits_per_value.py; --grad_steps, default 200) and cached in /tmp
+benchmarks/bits_per_value.py; --grad_steps, default 200) and cached in /tmp
 (--gradients). Error feedback runs over every step for each scaling, so each
 step comes with the error buffer a worker would hold. The target bits/value
 (and non-zero fraction) is the mean over all steps after the warm-up
@@ -61,7 +60,7 @@ Timing: best (and median) of --repeats calls after one warm-up call.
     must (reads x and e, writes e); memset: fill(0) of an existing buffer,
     the write-only traffic of decompress.
   - TF (a fresh process per thread count, as TF sizes its pool once): our ops
-    and tlc/job/reference_pipeline.py (quantize + error feedback + base-3^5 in
+    and benchmarks/reference_pipeline.py (quantize + error feedback + base-3^5 in
     TF built-in ops, per-tensor scaling) on the same x and error variables,
     reset before every call. Builtin decompress gets the base-3^5 packing of
     the very q our per-tensor stream carries (and the same m); the run checks
@@ -83,9 +82,6 @@ import time
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
 from tlc import codec  # noqa: E402
 
 MI = 1 << 20
@@ -234,8 +230,7 @@ def _record_child(path, steps, warmup, slice_len, block_size, batch_size):
     values (at offsets spread over the tensor, step after step) of x and of
     each scaling's error buffer, and the step's full-tensor max|x + e|."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import bits_per_value  # pylint: disable=import-outside-toplevel
+    from benchmarks import bits_per_value  # pylint: disable=import-outside-toplevel
 
     batches, images, labels, variables, grads, train = bits_per_value.small_cnn_gradients(
         batch_size)
@@ -613,7 +608,7 @@ def bench_tf(n, threads, repeats, rec_ref, block_size, llc, flush_enabled):
 def _bench_tf_child(n, threads, repeats, rec_ref, block_size, llc, flush_enabled):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from tlc import ops  # pylint: disable=import-outside-toplevel
-    from tlc.job import reference_pipeline  # pylint: disable=import-outside-toplevel
+    from benchmarks import reference_pipeline  # pylint: disable=import-outside-toplevel
 
     tf.compat.v1.disable_eager_execution()
     rec = load_recording(rec_ref[1]) if rec_ref[0] == "path" else rec_ref[1]

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Block size B for block-scaled 3LC, measured on real gradients.
 
 Trains the small CNN on Fashion-MNIST in one process (momentum SGD, float32
@@ -9,21 +8,18 @@ scale) and two measures of how much of the gradient is held back: the error
 buffer's norm relative to the norm of the summed gradients, and the fraction
 of elements never sent.
 
-  python scripts/block_size_sweep.py [--steps 200] [--blocks 0,250,1000,4000,16000]
+  python3 -m benchmarks.block_size_sweep [--steps 200] [--blocks 0,250,1000,4000,16000]
 """
 import argparse
 import os
-import sys
 
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 import tensorflow as tf  # noqa: E402
 
 from tlc import codec  # noqa: E402
-from bits_per_value import small_cnn_gradients  # noqa: E402  (scripts/)
+from benchmarks.bits_per_value import small_cnn_gradients  # noqa: E402
 
 
 def main():
