@@ -1,14 +1,9 @@
-"""scripts/accuracy_over_seeds.py's table: means, deltas against float32 and
+"""benchmarks/accuracy_over_seeds.py's table: means, deltas against float32 and
 the paired (same seed) delta with its standard error, from run summaries."""
-import importlib.util
 import json
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-spec = importlib.util.spec_from_file_location(
-    "accuracy_over_seeds", os.path.join(ROOT, "scripts", "accuracy_over_seeds.py"))
-acc = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(acc)
+from benchmarks import accuracy_over_seeds as acc
 
 
 def write(logdir, label, seed, accuracy):

@@ -1,21 +1,17 @@
-"""scripts/bench_mxnet.py (MXNet dist_sync vs tlc): its parsing and arithmetic,
-the He-normal initialiser of scripts/mxnet_task.py, and, when the MXNet venv
+"""benchmarks/bench_mxnet.py (MXNet dist_sync vs tlc): its parsing and arithmetic,
+the He-normal initialiser of benchmarks/mxnet_task.py, and, when the MXNet venv
 is there and namespaces work, a tiny end-to-end MXNet job (checks that it
 runs and what crosses the wire, not how fast: timings are not asserted)."""
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-
-import bench_mxnet as bm  # noqa: E402
-import mxnet_task  # noqa: E402  (numpy only at import)
-from testbed import netem  # noqa: E402
+from benchmarks import bench_mxnet as bm
+from benchmarks import mxnet_task  # numpy only at import
+from testbed import netem
 
 
 def test_parse_jsonl_skips_blank_and_cut_lines():

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
                     reason="needs root and tc for rate limits: " + netem.netem_available()[1])
 def test_slow_link_smoke(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "scripts/bench_training.py", "--rates=100mbit",
+        [sys.executable, "-m", "benchmarks.bench_training", "--rates=100mbit",
          "--model_config=fashion_mnist", "--configs=stock_tf,3lc_s1.00", "--short_steps=5",
          "--full_steps=20", "--no_verify", f"--out={tmp_path}",
          f"--results_md={tmp_path}/RESULTS.md", f"--workdir={tmp_path}/runs"],

@@ -1,18 +1,14 @@
-#!/usr/bin/env python3
 """Runs the main job once per compressor at equal steps and prints a
 markdown table: accuracy, bits/value pushed and pulled, wall time.
 
-  python scripts/compare_compressors.py [--steps 300] [--out docs/COMPRESSORS.md]
+  python3 -m benchmarks.compare_compressors [--steps 300] [--out docs/COMPRESSORS.md]
 """
 import argparse
 import json
 import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from tlc.job import launcher
 
-from tlc.job import launcher  # noqa: E402
 RUNS = [  # (label, flagfile)
     ("32-bit float", "float32"), ("8-bit int", "int8"),
     ("stochastic 3-value + base-3^5", "ternary_stochastic"), ("MQE 1-bit int", "mqe1bit"),

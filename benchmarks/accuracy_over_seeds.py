@@ -1,25 +1,20 @@
-#!/usr/bin/env python3
 """Accuracy over seeds: the main job (1 PS + 2 workers, Fashion-MNIST) with
 float32 and 3LC at several s, per-tensor vs block scaling, several seeds and
 two models. Each run's summary.json is kept under --logdir and reused, so the
 grid can be filled in over several sessions; the table (mean +- std over the
 seeds measured so far, with the seed count) goes to stdout and --out.
 
-  python scripts/accuracy_over_seeds.py                       # the full grid (54 runs)
-  python scripts/accuracy_over_seeds.py --models small_cnn --only block1.75,tensor1.75,float32 \\
+  python3 -m benchmarks.accuracy_over_seeds                   # the full grid (54 runs)
+  python3 -m benchmarks.accuracy_over_seeds --models small_cnn --only block1.75,tensor1.75,float32 \\
       --seeds 1 --out docs/RESULTS.md
 """
 import argparse
 import json
 import os
 import statistics
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from tlc.job import launcher, report  # noqa: E402
+from tlc.job import launcher, report
 
 S_VALUES = ("1.00", "1.50", "1.75", "1.90")
 

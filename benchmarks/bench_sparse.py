@@ -12,7 +12,7 @@ tensor, measured three ways:
     tcp_info bytes_acked / bytes_received over all its sockets), which also
     counts gRPC framing, the token and every other control message.
 
-    python scripts/bench_sparse.py [--steps 20] [--compressors float32,3lc]
+    python3 -m benchmarks.bench_sparse [--steps 20] [--compressors float32,3lc]
 """
 import argparse
 import json
@@ -24,7 +24,6 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 ROWS, WIDTH, LOOKUPS = 1_000_000, 64, (2, 64)
 
@@ -146,7 +145,7 @@ def launch(args, compressor):
     ports = cl.free_ports(3)
     cluster = json.dumps({"ps": [f"127.0.0.1:{ports[0]}"],
                           "worker": [f"127.0.0.1:{p}" for p in ports[1:]]})
-    base = [sys.executable, os.path.abspath(__file__), "--cluster", cluster,
+    base = [sys.executable, "-m", "benchmarks.bench_sparse", "--cluster", cluster,
             "--compressor", compressor, "--steps", str(args.steps), "--warmup", str(args.warmup),
             "--sync_dir", tempfile.mkdtemp(prefix="bench_sparse_")]
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")

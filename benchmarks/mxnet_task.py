@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One task of an MXNet `dist_sync` parameter-server job: tlc's default job
-(configs/fashion_mnist.cfg) rebuilt in MXNet Gluon, for scripts/bench_mxnet.py.
+(configs/fashion_mnist.cfg) rebuilt in MXNet Gluon, for benchmarks/bench_mxnet.py.
 
 Runs under the MXNet venv (/opt/tlc-mxnet: mxnet 1.9.1, numpy < 1.24), not
 under tlc's Python: it needs only numpy from tlc (tlc.job.data, which is plain
