@@ -302,3 +302,93 @@ def test_tlc_checkpoint_restores_into_stock_tf(tf_oracle, tmp_path):
     assert {"pe", "pe/Momentum", "w", "w/Momentum", "global_step"} <= names, names
     assert not [n for n in names if "tlc" in n or "part_" in n or "/local" in n], names
     assert_same_history(tf_oracle[1], got[1])
+
+
+# --- point 3: moving averages as TF documents them ---------------------------
+
+class RecordedAverages(tf.compat.v1.train.ExponentialMovingAverage):
+    """TF's ExponentialMovingAverage; each apply (run by the chief's update,
+    after the tokens) also queues the averages it made, so that the test
+    reads each update's averages as an event, not by polling a race."""
+
+    def apply(self, var_list=None):
+        var_list = list(var_list)
+        applied = super().apply(var_list)
+        dtypes = [v.dtype.base_dtype for v in var_list]
+        # The dequeue outside every control dependency: made inside the
+        # optimizer's (the update's) it would run an update of its own and
+        # wait for gradients no worker sends.
+        with tf.control_dependencies(None), tf.compat.v1.device("/job:ps/task:0"):
+            queue = tf.queue.FIFOQueue(-1, dtypes, shared_name="test_recorded_averages",
+                                       name="test_recorded_averages")
+            self.recorded = queue.dequeue()
+        with tf.control_dependencies([applied]), tf.compat.v1.device("/job:ps/task:0"):
+            values = [self.average(v).read_value() for v in var_list]
+            return queue.enqueue(values)
+
+
+def build_averaged_model(implementation, worker_id):
+    worker = f"/job:worker/task:{worker_id}"
+    with copies_for(implementation, worker):
+        with tf.compat.v1.device("/job:ps/task:0"):
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+            w = tf.compat.v1.Variable([1.0, -2.0], name="w")
+        with tf.compat.v1.device("/job:ps/task:1"):
+            b = tf.compat.v1.Variable([0.5], name="b")
+            big = tf.compat.v1.Variable(tf.range(1200, dtype=tf.float32) / 1000.0, name="big")
+    with tf.compat.v1.device(worker):
+        x = tf.constant([1.0 + worker_id, 0.5])
+        loss = tf.reduce_sum(tf.square(w * x + b)) + tf.reduce_sum(tf.square(big - 0.3))
+        # TF's documented form (SyncReplicasOptimizer's docstring).
+        variable_averages = RecordedAverages(0.9, global_step)
+        variables_to_average = (tf.compat.v1.trainable_variables()
+                                + tf.compat.v1.moving_average_variables())
+        opt = make_optimizer(implementation, tf.compat.v1.train.GradientDescentOptimizer(0.1),
+                             variable_averages=variable_averages,
+                             variables_to_average=variables_to_average)
+        train_op = opt.minimize(loss, global_step=global_step)
+        hook = opt.make_session_run_hook(worker_id == 0, num_tokens=0)
+        # What an evaluation reads: the average of each model variable.
+        averages = [variable_averages.average(v) for v in (w, b, big)]
+    return train_op, hook, variable_averages, averages
+
+
+def run_averaged_model(implementation, rounds=3):
+    workers, _ = create_local_cluster(NUM_WORKERS, 2)
+    sessions, built = [], []
+    for worker_id in range(NUM_WORKERS):
+        with tf.Graph().as_default():
+            train_op, hook, averages, lookups = build_averaged_model(implementation, worker_id)
+            assert all(a is not None for a in lookups), lookups
+            # The non-chief worker's session must become ready (it hung).
+            sessions.append(tf.compat.v1.train.MonitoredTrainingSession(
+                master=workers[worker_id].target, is_chief=worker_id == 0, hooks=[hook],
+                config=session_config(), stop_grace_period_secs=1, max_wait_secs=120))
+        built.append((train_op, averages, lookups))
+    recorded = []
+    try:
+        for _ in range(rounds):
+            in_threads(*[lambda s=s, b=b: s.run(b[0]) for s, b in zip(sessions, built)])
+            recorded.append(sessions[0].run(built[0][1].recorded))
+        # The averages as any worker's evaluation reads them.
+        final = sessions[1].run(built[1][2])
+    finally:
+        for session in sessions:
+            session.close()
+    return recorded, final
+
+
+def test_moving_averages_as_tf_documents_them():
+    """Point 3: variable_averages over trainable_variables() (the local
+    copies under tlc): tlc averages the variables the update changes, the
+    masters, under TF's names; every update's averages are TF's."""
+    expected, expected_final = run_averaged_model("tf")
+    got, got_final = run_averaged_model("tlc")
+    assert len(got) == len(expected) == 3
+    for round_, (e, g) in enumerate(zip(expected, got)):
+        assert len(g) == len(e) == 3
+        for e_value, g_value in zip(e, g):
+            np.testing.assert_array_equal(g_value, e_value, err_msg=f"round {round_}")
+    for e_value, g_value in zip(expected_final, got_final):
+        np.testing.assert_array_equal(g_value, e_value)
+    assert not np.array_equal(expected[0][0], [1.0, -2.0])  # the averages moved

@@ -59,6 +59,7 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
         self._variable_averages = variable_averages
         self._variables_to_average = variables_to_average
         self._built = None  # what apply_gradients built (worker_step.Step)
+        self._averaged_copies = []  # local copies whose masters are averaged
 
     # ----------------------------------------------------------------- API --
     @property
@@ -91,13 +92,49 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
         with tf.name_scope(name or self._name):
             shared = Shared(self._config, global_step, local_step, worker_host, float32_bytes)
             channels = layout.channels(entries, global_step)
-            step = worker_step.build(shared, channels, grads, self._variable_averages,
-                                     self._variables_to_average)
+            to_average = self._masters_to_average()
+            step = worker_step.build(shared, channels, grads, self._variable_averages, to_average)
+            self._average_local_copies_as_masters()
         # Session-side ops run on their own: not after the step's control
         # dependencies (e.g. UPDATE_OPS around minimize()).
         with tf.control_dependencies(None):
             self._built = _Built(shared, entries, channels, step)
         return step.train_op
+
+    def _masters_to_average(self):
+        """variables_to_average (TF's default: trainable_variables()) with
+        each local copy replaced by its master: the averages follow what the
+        chief's update changes, are made on the PS and initialised by the
+        chief, under TF's names ("w/ExponentialMovingAverage"). A local
+        copy's average would be a variable on one worker that no other task
+        initialises (the other workers never became ready)."""
+        if self._variable_averages is None:
+            return self._variables_to_average
+        chosen = self._variables_to_average
+        if chosen is None:
+            chosen = tf.compat.v1.trainable_variables()
+        masters, seen = [], set()
+        for var in chosen:
+            master = replica.master_of(var)
+            var = var if master is None else master
+            if var.ref() not in seen:  # a copy and its master may both be listed
+                seen.add(var.ref())
+                masters.append(var)
+        self._averaged_copies = [v for v in chosen if replica.master_of(v) is not None]
+        return masters
+
+    def _average_local_copies_as_masters(self):
+        """variable_averages.average(local copy) gives its master's average,
+        as average(variable) does with TF's optimizer (the model's code holds
+        the local copies). ExponentialMovingAverage keeps its averages in
+        `_averages` by variable ref; no public way to add one."""
+        averages = getattr(self._variable_averages, "_averages", None)
+        if not isinstance(averages, dict):
+            return
+        for local in self._averaged_copies:
+            made = averages.get(replica.master_of(local).ref())
+            if made is not None:
+                averages.setdefault(local.ref(), made)
 
     def get_chief_queue_runner(self):
         if self._built is None:
