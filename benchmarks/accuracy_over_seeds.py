@@ -14,6 +14,7 @@ import os
 import statistics
 import time
 
+from benchmarks import jobs
 from tlc.job import launcher, report
 
 S_VALUES = ("1.00", "1.50", "1.75", "1.90")
@@ -47,7 +48,7 @@ def run_one(flags, model, seed, steps, directory):
             f"--steps={steps}", f"--seed={seed}", "--log_every=250"]
     start = time.time()
     try:
-        summary = launcher.run_job(argv, directory)[0]
+        summary = jobs.run_job(argv, directory)[0]
     except RuntimeError:
         summary = {"failed": launcher.failure_summary(directory)}
         os.makedirs(directory, exist_ok=True)

@@ -8,7 +8,7 @@ i's batch order from tlc.job.data) on 1 server + 2 workers, each on its own
 host of a testbed.netem.SlowNetwork (server and MXNet's scheduler on host 0,
 as tlc's ps0; worker i on host i + 1). MXNet runs from its own venv
 (--venv, created with pip if missing: mxnet==1.9.1, numpy<1.24); the task
-code is benchmarks/mxnet_task.py. tlc runs through tlc.job.launcher.run_job.
+code is benchmarks/mxnet_task.py. tlc runs through benchmarks.jobs.run_job.
 
 What is measured
   accuracy curve  one run per config WITHOUT a rate limit (same namespaces,
@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 
+from benchmarks import jobs
 from testbed import netem
 from tlc.job import report  # no TensorFlow: light
 
@@ -426,12 +427,11 @@ def run_mxnet(python, compression, rate, steps, logdir, args, eval_every=0, mark
 
 
 def run_tlc(config, rate, steps, logdir, *extra, timeout=7200):
-    """launcher.run_job's summary of one tlc job behind `rate` (None: no limit)."""
-    from tlc.job import launcher  # pylint: disable=import-outside-toplevel
+    """jobs.run_job's summary of one tlc job behind `rate` (None: no limit)."""
     shutil.rmtree(logdir, ignore_errors=True)  # a stale checkpoint would resume
     flags = ["--flagfile=configs/fashion_mnist.cfg", f"--flagfile=configs/{config}.cfg",
              f"--steps={steps}", f"--netem_rate={rate or 'unlimited'}", *extra]
-    return launcher.run_job(flags, logdir, timeout=timeout)[0]
+    return jobs.run_job(flags, logdir, timeout=timeout)[0]
 
 
 def tlc_chief(summary):
@@ -466,8 +466,7 @@ def full_run(config, args, python):
                           or p["step"] % 10 == 0],
                 "seconds_per_step": seconds_per_step(points, args.warmup),
                 "wire_bytes_per_step": run.get("wire_bytes_per_step")}
-    from tlc.job import launcher  # pylint: disable=import-outside-toplevel
-    summary = launcher.finished_run(logdir, args.steps) if args.resume else None
+    summary = jobs.finished_run(logdir, args.steps) if args.resume else None
     if summary is not None:
         print(f"bench_mxnet: reusing {logdir}", flush=True)
     else:

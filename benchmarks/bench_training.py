@@ -23,6 +23,7 @@ import os
 import sys
 import time
 
+from benchmarks import jobs
 from testbed import netem
 from tlc.job import launcher, report
 
@@ -36,11 +37,11 @@ SECTION = "bench_training"
 
 
 def train(args, config, steps, logdir, *extra):
-    summary = launcher.finished_run(logdir, steps) if args.resume else None
+    summary = jobs.finished_run(logdir, steps) if args.resume else None
     if summary is not None:
         print(f"reusing {logdir} (finished {summary['global_step']} steps)", flush=True)
         return summary
-    return launcher.run_job([f"--flagfile=configs/{args.model_config}.cfg",
+    return jobs.run_job([f"--flagfile=configs/{args.model_config}.cfg",
                              f"--flagfile=configs/{config}.cfg", f"--steps={steps}", *extra],
                             logdir, timeout=7200)[0]
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 
+from benchmarks import jobs
 from tlc.job import launcher
 
 RUNS = [  # (label, flagfile)
@@ -21,7 +22,7 @@ RUNS = [  # (label, flagfile)
 
 
 def run(flagfile, steps, logdir):
-    return launcher.run_job(["--flagfile=configs/fashion_mnist.cfg",
+    return jobs.run_job(["--flagfile=configs/fashion_mnist.cfg",
                               f"--flagfile=configs/{flagfile}.cfg", f"--steps={steps}",
                               "--log_every=100"], logdir)[0]
 

@@ -16,15 +16,15 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks import jobs  # noqa: E402
 from testbed import netem  # noqa: E402
-from tlc.job import launcher  # noqa: E402
 
 CONFIGS = {"aqgb_auto": [], "3lc_auto": ["--push_budget={budget}"]}
 
 
 def run(compressor, args, logdir):
     extra = [f.format(budget=args.push_budget) for f in CONFIGS[compressor]]
-    return launcher.run_job(
+    return jobs.run_job(
         ["--flagfile=configs/fashion_mnist.cfg", f"--compressor={compressor}",
          f"--steps={args.steps}", "--log_every=5", f"--netem_rate={args.before}",
          f"--netem_rate_changes={args.change_at}:{args.after}", *extra], logdir)[0]

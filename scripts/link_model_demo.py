@@ -24,8 +24,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from benchmarks import jobs  # noqa: E402
 from testbed import netem  # noqa: E402
-from tlc.job import launcher, plots, quiet  # noqa: E402
+from tlc.job import plots, quiet  # noqa: E402
 
 
 def mbit(bytes_per_s):
@@ -37,7 +38,7 @@ def run(rate, args, logdir):
              f"--push_budget={args.push_budget}", f"--netem_rate={rate}",
              f"--steps={args.steps}", f"--log_every={args.log_every}", "--eval_every=0",
              f"--num_workers={args.num_workers}"]
-    return launcher.run_job(flags, logdir, timeout=args.timeout)[0]
+    return jobs.run_job(flags, logdir, timeout=args.timeout)[0]
 
 
 def whole_run_fit(logdir, skip):

@@ -43,14 +43,14 @@ def test_slow_link_smoke(tmp_path):
 
 
 def test_resume_reuses_only_runs_that_finished(tmp_path):
-    from tlc.job import launcher
-    assert launcher.finished_run(str(tmp_path), 10) is None  # no summary
+    from benchmarks import jobs
+    assert jobs.finished_run(str(tmp_path), 10) is None  # no summary
     summary = tmp_path / "summary.json"
     summary.write_text('{"ok": true, "global_step": 10}')
-    assert launcher.finished_run(str(tmp_path), 10)["global_step"] == 10
-    assert launcher.finished_run(str(tmp_path), 11) is None  # shorter than asked
-    assert launcher.finished_run(str(tmp_path), 9) is None  # longer: its bytes would be wrong
+    assert jobs.finished_run(str(tmp_path), 10)["global_step"] == 10
+    assert jobs.finished_run(str(tmp_path), 11) is None  # shorter than asked
+    assert jobs.finished_run(str(tmp_path), 9) is None  # longer: its bytes would be wrong
     summary.write_text('{"ok": false, "global_step": 10}')
-    assert launcher.finished_run(str(tmp_path), 10) is None  # failed
+    assert jobs.finished_run(str(tmp_path), 10) is None  # failed
     summary.write_text('{"ok": true, "glob')
-    assert launcher.finished_run(str(tmp_path), 10) is None  # cut short while written
+    assert jobs.finished_run(str(tmp_path), 10) is None  # cut short while written

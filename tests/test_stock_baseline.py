@@ -4,16 +4,16 @@ import os
 
 import tensorflow as tf
 
-from tlc.job import launcher
+from benchmarks import jobs
 from tlc.job.stock import StockSync
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_stock_tf_trains_in_the_main_job(tmp_path):
-    summary, _ = launcher.run_job(["--flagfile=configs/fashion_mnist.cfg",
-                                   "--flagfile=configs/stock_tf.cfg", "--steps=30",
-                                   "--log_every=10"], str(tmp_path / "run"), timeout=1800)
+    summary, _ = jobs.run_job(["--flagfile=configs/fashion_mnist.cfg",
+                               "--flagfile=configs/stock_tf.cfg", "--steps=30",
+                               "--log_every=10"], str(tmp_path / "run"), timeout=1800)
     assert summary["ok"] and summary["global_step"] == 30
     assert summary["compressor"] == "TF SyncReplicasOptimizer (float32)"
     assert summary["test_accuracy"] > 0.5  # 10 classes: chance is 0.1

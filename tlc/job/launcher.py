@@ -36,20 +36,6 @@ def run_job(flags, logdir, timeout=3600):
         return json.load(f), proc.stdout
 
 
-def finished_run(logdir, steps):
-    """The summary of an earlier run in `logdir` that finished exactly `steps`
-    steps, or None (missing, failed, another length): lets a benchmark resume.
-    The caller keeps one directory per set of flags."""
-    try:
-        with open(os.path.join(logdir, "summary.json"), encoding="utf-8") as f:
-            summary = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not summary.get("ok") or summary.get("global_step") != steps:
-        return None
-    return summary
-
-
 _STEP_FAILED = re.compile(r"training step failed(?: at step \d+)?: (.*)")  # task.failure_line
 
 
