@@ -89,3 +89,47 @@ def unpack_message(message, num_parts, what, part_bytes=(), item_bytes=(), name=
     return _ops.tlc_unpack_message(message, num_parts=num_parts, what=what,
                                    part_bytes=list(part_bytes), item_bytes=list(item_bytes),
                                    name=name)
+
+
+class CompressedAccumulator:
+    """TF's ConditionalAccumulator for 3LC pushes (custom_ops/tf/accumulator_ops.cc).
+
+    Same semantics as tf.compat.v1.ConditionalAccumulator as the optimizer uses
+    it: a push whose local_step is below the accumulator's global step is
+    dropped; take_grad(N) waits for N pushes, returns the average of all pushes
+    in the sum (sum / count), resets and advances the global step. Each push is
+    added straight from its 3LC stream (only its non-zeros), never decoded into
+    a dense tensor; the result is bit for bit the dense path's (decompress_3lc
+    then ConditionalAccumulator) for the same pushes in the same arrival order.
+    """
+
+    def __init__(self, shape, adaptive=False, block_size=0, shared_name=None,
+                 name="tlc_compressed_accumulator"):
+        self._shape = tf.TensorShape(shape)
+        self.dtype = tf.float32
+        self.accumulator_ref = _ops.tlc_compressed_accumulator(
+            num_elements=self._shape.num_elements(), adaptive=adaptive, block_size=block_size,
+            shared_name=shared_name or "", name=name)
+
+    @property
+    def name(self):
+        return self.accumulator_ref.op.name
+
+    def apply_grad(self, payload, local_step=0, name=None):
+        """Adds the push (code, m) unless stale; a malformed push fails (name
+        it through the op's name scope) and changes nothing."""
+        code, m = payload
+        return _ops.tlc_compressed_accumulator_apply(
+            self.accumulator_ref, tf.cast(local_step, tf.int64), code, m, name=name)
+
+    def take_grad(self, num_required, name=None):
+        average = _ops.tlc_compressed_accumulator_take(
+            self.accumulator_ref, tf.cast(num_required, tf.int32), name=name)
+        return tf.reshape(average, self._shape)
+
+    def set_global_step(self, new_global_step, name=None):
+        return _ops.tlc_compressed_accumulator_set_global_step(
+            self.accumulator_ref, tf.cast(new_global_step, tf.int64), name=name)
+
+    def num_accumulated(self, name=None):
+        return _ops.tlc_compressed_accumulator_num_accumulated(self.accumulator_ref, name=name)

@@ -1,10 +1,13 @@
 """A channel's push: on the worker, each gradient becomes its parts
 (compressed payload, error buffer on the worker's host; small gradients as
 they are; row-sparse gradients as rows); on the PS, the parts go into the
-variables' accumulators (stale pushes dropped by the accumulator)."""
+variables' accumulators (stale pushes dropped by the accumulator): 3LC
+pushes of float32 variables straight from their streams
+(ops.CompressedAccumulator), the others decoded into TF's."""
 import tensorflow as tf
 
-from tlc.compressors import payload_bytes
+from tlc import ops
+from tlc.compressors import ThreeLC, payload_bytes
 from tlc.optimizer import residuals, sparse, timing
 
 
@@ -50,7 +53,21 @@ def decode(shared, entry, parts, local_step):
         entry.accumulator = accum
         entry.aggregated = accum.take_indexed_slices_grad(config.replicas_to_aggregate)
         return push, entry.aggregated
+    if entry.compressed and adds_compressed(config, entry):
+        # Each push is added straight from its 3LC stream (no dense decoded
+        # copy); same result, bit for bit, as decompressing into TF's
+        # accumulator. Named after the variable: a malformed push fails with
+        # an error that says which tensor it was, and changes nothing.
+        accum = ops.CompressedAccumulator(master.shape, adaptive=config.compressor.adaptive,
+                                          block_size=config.compressor.block_size,
+                                          shared_name=master.name + "/tlc_grad_accum")
+        with tf.name_scope(f"tlc_decode_push/{entry.name}"):
+            push = accum.apply_grad(parts, local_step=local_step)
+        entry.accumulator = accum
+        return push, accum.take_grad(config.replicas_to_aggregate)
     if entry.compressed:
+        # Other compressors (and 3LC of non-float32 variables) decode into a
+        # dense tensor for TF's accumulator, as before.
         # Named after the variable: a malformed push fails with an error
         # that says which tensor it was.
         with tf.name_scope(f"tlc_decode_push/{entry.name}"):
@@ -65,3 +82,10 @@ def decode(shared, entry, parts, local_step):
     push = accum.apply_grad(tf.cast(grad, summed), local_step=local_step)
     entry.accumulator = accum
     return push, tf.cast(accum.take_grad(config.replicas_to_aggregate), entry.dtype)
+
+
+def adds_compressed(config, entry):
+    """Whether the PS adds this entry's pushes from the compressed stream
+    (ops.CompressedAccumulator): 3LC (any subclass: same stream) of a
+    float32 variable."""
+    return isinstance(config.compressor, ThreeLC) and entry.dtype == tf.float32
