@@ -1,8 +1,7 @@
-"""Bigger clusters: scripts/bench_scaling.py's measurements (CPU-seconds
+"""Bigger clusters: benchmarks/bench_scaling.py's measurements (CPU-seconds
 from /proc, the chief's step lines, the window's arithmetic, one real 2x2
 cell) and a 16-worker / 4-PS run of the main job (slow: TLC_SLOW=1)."""
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,21 +10,11 @@ import time
 
 import pytest
 
+from benchmarks import bench_scaling as bench
 from testbed import netem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLOW = os.environ.get("TLC_SLOW") == "1"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_scaling", os.path.join(ROOT, "scripts", "bench_scaling.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench()
 
 
 def test_cpu_seconds_counts_this_process_work():
@@ -100,10 +89,10 @@ def test_a_two_by_two_cell_measures_balanced_servers(tmp_path, links):
         pytest.skip(f"network namespaces: {netem.netem_available()[1]}")
     out = tmp_path / "results.json"
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "bench_scaling.py"), "--cells=2x2",
+        [sys.executable, "-m", "benchmarks.bench_scaling", "--cells=2x2",
          f"--links={links}", "--warmup=4", "--window=10", f"--out={out}",
          f"--rundir={tmp_path / 'runs'}"],
-        capture_output=True, text=True, timeout=900)
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     row, = json.loads(out.read_text())["cells"]
     print(bench.table([row]))

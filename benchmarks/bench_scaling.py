@@ -15,8 +15,8 @@ The window's ends are the chief's "step N/M" lines, seen by polling its log:
 a sample may be taken a fraction of a step late, so both ends carry up to
 about one step of error (small against a window of --window steps).
 
-    python scripts/bench_scaling.py                     # the whole table
-    python scripts/bench_scaling.py --cells 4x2 --force # re-run one cell
+    python3 -m benchmarks.bench_scaling                     # the whole table
+    python3 -m benchmarks.bench_scaling --cells 4x2 --force # re-run one cell
 
 Results go to docs/scaling/results.json (one entry per cell, merged with
 what is there, so cells can be re-run one at a time; --force re-measures
@@ -27,18 +27,14 @@ import json
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 
+from testbed import netem
+from tlc.job import cluster as cl
+from tlc.job import launcher
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from tlc.job import cluster as cl  # noqa: E402  pylint: disable=wrong-import-position
-from tlc.job import launcher  # noqa: E402  pylint: disable=wrong-import-position
-
-from testbed import netem  # noqa: E402  pylint: disable=wrong-import-position
-
 RESULTS = os.path.join(ROOT, "docs", "scaling", "results.json")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
