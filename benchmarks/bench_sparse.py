@@ -25,7 +25,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-ROWS, WIDTH, LOOKUPS = 1_000_000, 64, (2, 64)
+WIDTH, LOOKUPS = 64, (2, 64)
 
 
 def tcp_bytes(pid):
@@ -81,14 +81,14 @@ def run_worker(args):
         gs = tf.compat.v1.train.get_or_create_global_step()
         with replica.local_copies(device):
             emb = tf.compat.v1.get_variable(
-                "embedding", [ROWS, WIDTH], use_resource=True,
+                "embedding", [args.rows, WIDTH], use_resource=True,
                 initializer=tf.compat.v1.random_uniform_initializer(-0.05, 0.05))
         ids = tf.compat.v1.placeholder(tf.int64, LOOKUPS)
         loss = 0.5 * tf.reduce_sum(tf.square(tf.nn.embedding_lookup(emb, ids)))
         opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5), 2, 2,
                                     compressor=compressors.create(args.compressor))
         train = opt.minimize(loss, global_step=gs)
-    payload = list(opt._entries[0].push_payload)  # pylint: disable=protected-access
+    payload = list(opt._built.entries[0].push_payload)  # pylint: disable=protected-access
     rng = np.random.default_rng(args.index)
     config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", device])
     with training_session(server.target, args.index == 0,
@@ -97,7 +97,7 @@ def run_worker(args):
 
         def step():
             nonlocal done
-            feed = {ids: rng.choice(ROWS, LOOKUPS, replace=False)}
+            feed = {ids: rng.choice(args.rows, LOOKUPS, replace=False)}
             out = sess.run([train, opt.step_traffic, payload], feed)[1:]
             done += 1
             lockstep(args.sync_dir, args.index, done)
@@ -146,7 +146,7 @@ def launch(args, compressor):
     cluster = json.dumps({"ps": [f"127.0.0.1:{ports[0]}"],
                           "worker": [f"127.0.0.1:{p}" for p in ports[1:]]})
     base = [sys.executable, "-m", "benchmarks.bench_sparse", "--cluster", cluster,
-            "--compressor", compressor, "--steps", str(args.steps), "--warmup", str(args.warmup),
+            "--compressor", compressor, "--rows", str(args.rows), "--steps", str(args.steps), "--warmup", str(args.warmup),
             "--sync_dir", tempfile.mkdtemp(prefix="bench_sparse_")]
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     ps = subprocess.Popen(base + ["--role", "ps"], env=env, stdout=subprocess.DEVNULL,
@@ -167,19 +167,19 @@ def launch(args, compressor):
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-    results = []
-    for log, proc in zip(logs, workers):
+    outs = []
+    for log in logs:
         log.seek(0)
-        out = log.read()
-        lines = [l for l in out.splitlines() if l.startswith("{")]
-        if proc.returncode != 0 or not lines:
+        outs.append(log.read())
+    # A worker that failed by itself comes first; one killed here (-9) only followed it.
+    for out, proc in sorted(zip(outs, workers), key=lambda pair: pair[1].returncode == -9):
+        if proc.returncode != 0 or not any(l.startswith("{") for l in out.splitlines()):
             raise SystemExit(f"worker failed ({proc.returncode}):\n{out[-3000:]}")
-        results.append(json.loads(lines[-1]))
-    return results
+    return [json.loads([l for l in out.splitlines() if l.startswith("{")][-1]) for out in outs]
 
 
-def report(compressor, results):
-    print(f"\n{compressor}: {ROWS:,} x {WIDTH} embedding, {LOOKUPS[0]} x {LOOKUPS[1]} "
+def report(compressor, results, rows):
+    print(f"\n{compressor}: {rows:,} x {WIDTH} embedding, {LOOKUPS[0]} x {LOOKUPS[1]} "
           f"random ids per worker per step, {results[0]['steps']} steps measured")
     print(f"{'':8}{'pushed B/step':>15}{'% dense':>9}{'serialized':>12}{'kernel sent':>13}"
           f"{'% dense':>9} |{'pulled B/step':>15}{'% dense':>9}{'kernel recv':>13}{'% dense':>9}"
@@ -197,6 +197,7 @@ def report(compressor, results):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--compressors", default="float32,3lc")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="embedding rows")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=1800)
@@ -212,7 +213,7 @@ def main():
         return run_worker(args)
     for name in args.compressors.split(","):
         started = time.time()
-        report(name, launch(args, name))
+        report(name, launch(args, name), args.rows)
         print(f"({time.time() - started:.0f} s)")
     return None
 
