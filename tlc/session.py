@@ -10,7 +10,8 @@ copy, see tlc.optimizer.recovery).
 
 `serve_until_workers_done` / `worker_done`: an end for parameter servers.
 TF's `server.join()` never returns, so a PS would outlive training; with
-these a PS serves until every worker has said it is done, then returns.
+these a PS serves until every worker has said it is done or is gone (has not
+answered for `grace` seconds: it crashed before saying done), then returns.
 
 `exit_task`: ends a task's process at once. TF's gRPC server cannot be
 stopped, and a process that has one takes TF 5-25 s to tear down after its
@@ -19,6 +20,7 @@ last line (measured on a 2-core machine).
 import errno
 import os
 import sys
+import threading
 import time
 import weakref
 
@@ -28,6 +30,11 @@ from tensorflow.python.training import session_manager  # pylint: disable=no-nam
 
 POLL_SECS = 0.5
 PS_EXIT_GRACE = 0.2  # seconds: lets the last worker's "done" get its reply
+DONE_POLL_SECS = 0.2  # a parameter server looks for new "done"s
+PROBE_SECS = 1.0  # a parameter server asks each worker whether it is there
+# Seconds a worker may not answer before a PS counts it gone: longer than the
+# outages slow, far-away links see (30-120 s) and a supervisor's restart.
+DEFAULT_GRACE = 300.0
 
 
 # Graph -> objects with restore_model(session, saver, checkpoint_dir) (see
@@ -196,17 +203,109 @@ def _task(server):
     return tf.train.ClusterSpec(server_def.cluster), server_def.job_name, server_def.task_index
 
 
-def serve_until_workers_done(server):
+def serve_until_workers_done(server, grace=DEFAULT_GRACE):
     """For a parameter server instead of `server.join()`: serves until every
-    worker of the cluster has called `worker_done`, then returns."""
+    worker of the cluster has either called `worker_done` or is gone, then
+    returns the indices of the workers that never said done (sorted; empty
+    when all did) after printing them in one line.
+
+    A worker is gone once its task has not answered for `grace` seconds: the
+    PS asks each worker's server for its clock through TF (an op placed on
+    /job:worker/task:i, run with a deadline) about once a second, counting
+    from its last answer, or from this call for a worker never heard from.
+    A slow worker answers (its gRPC server does, whatever its Python code is
+    doing), and a restarted one answers again on its address, so neither
+    ends the PS; a crashed, killed or cut-off one ends it after `grace`
+    seconds if every other worker is done or gone too. A worker's "done"
+    is counted even when the worker is already gone."""
+    if grace <= 0:
+        raise ValueError(f"grace must be > 0 seconds, got {grace!r}")
     cluster, job, index = _task(server)
     num_workers = cluster.num_tasks("worker")
-    own = tf.compat.v1.ConfigProto(device_filters=[f"/job:{job}/task:{index}"])
-    with tf.Graph().as_default():
-        done = _done_queue(index).dequeue_many(num_workers)
-        with tf.compat.v1.Session(server.target, config=own) as sess:
-            sess.run(done)
+    addresses = cluster.job_tasks("worker")
+    own_device = f"/job:{job}/task:{index}"
+    own = tf.compat.v1.ConfigProto(device_filters=[own_device])
+    started = time.time()
+    prober = _WorkerProber(server.target, own_device, num_workers,
+                           deadline=min(max(1.0, grace / 2), 30.0)).start()
+    done = set()
+    try:
+        with tf.Graph().as_default():
+            queue = _done_queue(index)
+            size = queue.size()
+            count = tf.compat.v1.placeholder(tf.int32, [])
+            take = queue.dequeue_many(count)
+            with tf.compat.v1.Session(server.target, config=own) as sess:
+                while True:
+                    # Silence first, then the queue: a worker that said done
+                    # and then exited has its "done" in the queue by now.
+                    now = time.time()
+                    silent = {i: now - (prober.last_answer(i) or started)
+                              for i in range(num_workers)}
+                    waiting = int(sess.run(size))
+                    if waiting:
+                        done.update(int(i) for i in sess.run(take, {count: waiting}))
+                    missing = [i for i in range(num_workers) if i not in done]
+                    if all(silent[i] >= grace for i in missing):
+                        break
+                    time.sleep(DONE_POLL_SECS)
+    finally:
+        prober.stop()
+    if missing:
+        names = ", ".join(f"worker {i} at {addresses[i]} (no answer for {silent[i]:.0f} s)"
+                          for i in missing)
+        print(f"{job} {index}: ending; never said done: {names}; every other worker did "
+              f"(grace={grace:g} s)", flush=True)
     time.sleep(PS_EXIT_GRACE)
+    return missing
+
+
+class _WorkerProber:
+    """Asks each worker's server for its clock (tf.timestamp placed on it)
+    about once a second, each from a daemon thread of its own, with a
+    deadline; `last_answer(i)` is when worker i last answered (None: never).
+    A thread that blocks (a session being made while the worker is down)
+    only delays its own worker's next answer, which is what is measured."""
+
+    def __init__(self, target, own_device, num_workers, deadline):
+        self._target, self._own, self._deadline = target, own_device, deadline
+        self._num_workers = num_workers
+        self._answers = {}
+        self._stop = threading.Event()
+
+    def start(self):
+        for i in range(self._num_workers):
+            threading.Thread(target=self._probe, args=(i,), daemon=True,
+                             name=f"tlc-probe-worker{i}").start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+
+    def last_answer(self, i):
+        return self._answers.get(i)
+
+    def _probe(self, i):
+        device = f"/job:worker/task:{i}"
+        graph = tf.Graph()
+        with graph.as_default(), tf.device(device):
+            clock = tf.timestamp()  # stateful: runs on the worker, never folded away
+        config = tf.compat.v1.ConfigProto(device_filters=[device, self._own])
+        options = tf.compat.v1.RunOptions(timeout_in_ms=max(1, int(self._deadline * 1000)))
+        session = None
+        while not self._stop.is_set():
+            try:
+                if session is None:  # blocks while the worker is down
+                    session = tf.compat.v1.Session(self._target, graph=graph, config=config)
+                session.run(clock, options=options)
+                self._answers[i] = time.time()
+            except tf.errors.DeadlineExceededError:
+                pass  # no answer in time: ask again in the same session
+            except tf.errors.OpError:
+                # Down, or restarted (it forgot the session): a new session. The
+                # old one is left unclosed: closing it could wait for the worker.
+                session = None
+            self._stop.wait(PROBE_SECS)
 
 
 def worker_done(server):
