@@ -197,4 +197,8 @@ class AutoTuner:
                        probing=self.control.probing)
         else:
             out["levels"] = list(self.setting)
+            if self.control is not None:  # what the levels were chosen from, with the rate
+                out.update(layer_elements=list(self.control.layer_elements),
+                           ready_seconds=list(self.control.ready_times),
+                           tail_seconds=self.control.tail_seconds)
         return out
