@@ -254,8 +254,9 @@ def serve_until_workers_done(server, grace=DEFAULT_GRACE):
     if missing:
         names = ", ".join(f"worker {i} at {addresses[i]} (no answer for {silent[i]:.0f} s)"
                           for i in missing)
-        print(f"{job} {index}: ending; never said done: {names}; every other worker did "
-              f"(grace={grace:g} s)", flush=True)
+        others = "every other worker did" if len(missing) < num_workers else "no worker did"
+        print(f"{job} {index}: ending; never said done: {names}; {others} (grace={grace:g} s)",
+              flush=True)
     time.sleep(PS_EXIT_GRACE)
     return missing
 
