@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from benchmarks import jobs
 from testbed import netem
 from tlc.compressors.aqgb import LEVELS
 from tlc.controller import LevelController
@@ -21,8 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_job(logdir, *flags, timeout=600):
-    return launcher.run_job(["--flagfile=configs/fashion_mnist.cfg", "--log_every=5", *flags],
-                             str(logdir), timeout=timeout)
+    return jobs.run_job(["--flagfile=configs/fashion_mnist.cfg", "--log_every=5", *flags],
+                         str(logdir), timeout=timeout)
 
 
 def chief_curve(summary):

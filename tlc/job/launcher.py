@@ -4,7 +4,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -20,20 +19,6 @@ def task_command(spec, job, index, logdir, argv):
     forwarded = [a for a in argv if not a.startswith(_TASK_FLAGS)]
     return [sys.executable, "-m", "tlc.train", *forwarded, f"--cluster={json.dumps(spec)}",
             f"--job_name={job}", f"--task_index={index}", f"--logdir={logdir}"]
-
-
-def run_job(flags, logdir, timeout=3600):
-    """Runs the main job (`python -m tlc.train`) in a subprocess from the
-    project root; returns (summary, stdout). Raises RuntimeError with the
-    output's tail if it fails."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project root
-    cmd = [sys.executable, "-m", "tlc.train", *flags, f"--logdir={logdir}"]
-    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n"
-                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    with open(os.path.join(logdir, "summary.json"), encoding="utf-8") as f:
-        return json.load(f), proc.stdout
 
 
 _STEP_FAILED = re.compile(r"training step failed(?: at step \d+)?: (.*)")  # task.failure_line

@@ -39,8 +39,8 @@ def run(spec, job, index, flags):
         print(f"{job} {index}: cannot serve {address}: {why}", flush=True)
         return 1
     if job == "ps":
-        serve_until_workers_done(server)
-        print(f"ps {index}: all {len(spec['worker'])} workers done", flush=True)
+        if not serve_until_workers_done(server):  # else it named the workers that never did
+            print(f"ps {index}: all {len(spec['worker'])} workers done", flush=True)
         return 0
     if flags.logdir:
         cl.check_writable(flags.logdir)
