@@ -9,8 +9,8 @@ Point -> test:
   3 moving averages as TF documents test_moving_averages_as_tf_documents_them
   4 checkpoints both ways           test_stock_tf_checkpoint_restores_into_tlc,
                                     test_tlc_checkpoint_restores_into_stock_tf
-  5 TF's session recipes            test_supervisor_recipe, test_plain_session_recipe,
-                                    tests/test_mnist_replica.py
+  5 TF's session recipes            tests/test_session_recipes.py (Supervisor and a plain
+                                    Session, examples/mnist_replica.py as processes)
 """
 import contextlib
 import threading

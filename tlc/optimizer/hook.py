@@ -38,6 +38,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         self._recovery.init_persistent(session)
+        session.run(self._ops.hook_present)  # this hook resyncs, not the step
         deadline = time.time() + 300
         while len(session.run(self._ops.ready_for_local_init_op)) > 0:
             if time.time() > deadline:
@@ -52,7 +53,8 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         interrupted = self._is_chief and session.run(self._ops.update_interrupted)
         if self._is_chief:
             self._say_restored(session.run(self._ops.fresh_state_at))
-        session.run(self._ops.chief_init_op if self._is_chief else self._ops.local_step_init_op)
+        session.run(self._ops.hook_chief_init_op if self._is_chief
+                    else self._ops.hook_local_init_op)
         while not session.run(self._ops.shadow_ready):
             if time.time() > deadline:
                 raise RuntimeError("tlc: the chief never initialised the model shadows")

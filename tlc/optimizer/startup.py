@@ -3,22 +3,31 @@ tokens at start and end, and the step's signals. The session hook and TF's
 own recipes (Supervisor, a plain Session) use only this object."""
 import tensorflow as tf
 
+from tlc.optimizer import residuals as residuals_lib
 from tlc.optimizer import state
 from tlc.optimizer.residuals import Residuals
 
 
 class SessionOps:
     def __init__(self, shared, entries, chief_queue_runner, needs_full_sync, version_after_step,
-                 train_op):
+                 train_op, made_local=()):
+        """made_local: the worker-local variables apply_gradients made (the
+        compressors' memories, the sparse pushes' row errors, tlc's own)."""
         gs, server, worker = shared.global_step, shared.server, shared.worker
         self.chief_queue_runner = chief_queue_runner
         self.needs_full_sync = needs_full_sync
         self.version_after_step = version_after_step
         self.step_op_names = {train_op.op.name, needs_full_sync.op.name, version_after_step.op.name}
-        self.local_step_init_op = shared.local_step.assign(gs.read_value())
+        # The hook's: it initialises the rest itself (recovery, full sync,
+        # residual load) around them.
+        self.hook_local_init_op = shared.local_step.assign(gs.read_value())
         with tf.device(gs.device):
             self._gs_value = gs.read_value()
         self.residuals = Residuals(shared, entries)
+        # TF's recipes without the hook (Supervisor, a plain Session) run only
+        # chief_init_op / local_step_init_op: they also make this worker's
+        # own state (counters, memories, local copies, version).
+        own_state = _worker_state_init(shared, made_local, self.residuals)
         ensured = [state.ensure_initialized(v) for v in server.variables]
         ensured += [state.ensure_initialized(v) for v in self.residuals.server_variables]
         # A shadow made now starts as its master; one restored from a
@@ -26,7 +35,7 @@ class SessionOps:
         ensured += [state.ensure_initialized(e.shadow, e.master.read_value)
                     for e in entries if e.shadow is not None]
         with tf.control_dependencies(ensured):
-            chief_init = [self.local_step_init_op,
+            chief_init = [self.hook_local_init_op,
                           server.pull_begin.assign(gs.read_value(), read_value=False),
                           worker.is_chief.assign(True, read_value=False)]
             for entry in entries:
@@ -35,7 +44,19 @@ class SessionOps:
                         chief_init.append(entry.accumulator.set_global_step(gs, name="SetGlobalStep"))
         with tf.control_dependencies(chief_init), tf.device(gs.device):
             marked = server.shadow_ready.assign(True, read_value=False)
-        self.chief_init_op = tf.group(*chief_init, marked)
+        self.hook_chief_init_op = tf.group(*chief_init, marked)
+        # TF's names, for TF's recipes: the chief's after its PS state (every
+        # shadow made); a worker's own state in both.
+        with tf.control_dependencies([own_state]):
+            server_init = tf.group(*chief_init, marked)
+        with tf.control_dependencies([server_init]):
+            self.chief_init_op = tf.group(
+                _model_into_local_copies(shared, entries, wait_for_chief=False),
+                name="tlc_chief_init")
+        with tf.control_dependencies([own_state]):
+            self.local_step_init_op = tf.group(
+                _model_into_local_copies(shared, entries, wait_for_chief=True),
+                worker.is_chief.assign(False, read_value=False), name="tlc_local_step_init")
         self.ready_for_local_init_op = tf.compat.v1.report_uninitialized_variables(
             tf.compat.v1.global_variables())
         with tf.device(gs.device):
@@ -57,6 +78,8 @@ class SessionOps:
             with tf.control_dependencies([self._enqueue(server, config_tokens(shared) - 1)]):
                 self.restart_tokens = server.takes_in_update.assign(0, read_value=False)
         self._server = server
+        with tf.device(shared.worker_host):
+            self.hook_present = worker.hook_resyncs.assign(True, read_value=False)
 
     def _enqueue(self, server, count):
         return server.token_queue.enqueue_many((tf.fill([count], self._gs_value),))
@@ -70,3 +93,108 @@ class SessionOps:
 
 def config_tokens(shared):
     return shared.config.tokens_per_step
+
+
+def _worker_state_init(shared, made_local, residuals):
+    """This worker's tlc state, as a session without the hook needs it: the
+    traffic counters made if missing (they outlive sessions), every local
+    variable apply_gradients made reset to its initial value, the push
+    memories loaded from their PS copies (zero where none is made yet)."""
+    # Set by the init ops themselves (is_chief: True by the chief's only).
+    keep = {shared.worker.local_version.ref(), shared.local_step.ref(),
+            shared.worker.is_chief.ref()}
+    memories = set()
+    if residuals.load_op is not None:
+        memories = {v.ref() for _, m in residuals.memories
+                    for v in residuals_lib.memory_variables(m)}
+    ops = [state.ensure_initialized(v) for v in shared.worker.persistent_variables]
+    ops += [v.initializer for v in made_local if v.ref() not in keep | memories]
+    if residuals.load_op is not None:
+        ops.append(residuals.load_op)
+    return tf.group(*ops, name="tlc_worker_state_init")
+
+
+def _model_into_local_copies(shared, entries, wait_for_chief):
+    """The model into this worker's local copies (the shadow where the push
+    is compressed, else the master), the local step and the model version at
+    the global step. wait_for_chief (a worker other than the chief): until
+    the chief has made the shadows this copies the masters (equal to what
+    the shadows are made from) and leaves the model version uninitialised,
+    so that TF's readiness check (report_uninitialized_variables over the
+    local variables: Supervisor's ready_op) says not ready and TF's recipe
+    tries again, as it does while the chief initialises the model."""
+    gs, server, worker = shared.global_step, shared.server, shared.worker
+    with tf.device(gs.device):
+        version = gs.read_value()
+        ready = tf.cond(tf.compat.v1.is_variable_initialized(server.shadow_ready),
+                        server.shadow_ready.read_value, lambda: False)
+    copies = []
+    with tf.control_dependencies([version]):
+        for entry in entries:
+            if not entry.has_local_copy:
+                continue
+            shadow, master = entry.shadow, entry.master
+            with tf.device(master.device):
+                if shadow is None:
+                    value = master.read_value()
+                elif wait_for_chief:
+                    value = tf.cond(tf.compat.v1.is_variable_initialized(shadow),
+                                    shadow.read_value, master.read_value)
+                else:
+                    value = shadow.read_value()
+            with tf.device(entry.local.device):
+                copies.append(entry.local.assign(value, read_value=False))
+    with tf.device(worker.local_version.device), tf.control_dependencies(copies):
+        set_version = lambda: tf.group(worker.local_version.assign(  # noqa: E731
+            tf.cast(version, tf.int64), read_value=False))
+        if wait_for_chief:
+            set_version = tf.cond(ready, set_version, tf.no_op)
+        else:
+            set_version = set_version()
+    with tf.device(shared.local_step.device):
+        local_step = shared.local_step.assign(version)
+    return tf.group(*copies, set_version, local_step)
+
+
+def resync_in_step(shared, entries, step):
+    """The step's train op, after which a worker that fell behind the pull
+    logs (needs_full_sync) copies the model in full precision, unless the
+    session hook does it (its resync retries until consistent). Without the
+    hook (TF's Supervisor, a plain Session) nobody else would: the worker
+    would train on a model that never changes again. The copy is kept only
+    if no update started meanwhile (pull_begin unchanged); else the model
+    version stays behind and the next step copies again."""
+    gs, worker = shared.global_step, shared.worker
+
+    def copy_model():
+        with tf.device(gs.device):
+            before = tf.cast(gs.read_value(), tf.int64)
+        reads = []
+        with tf.control_dependencies([before]):
+            for entry in entries:
+                if entry.has_local_copy:
+                    source = entry.shadow if entry.shadow is not None else entry.master
+                    with tf.device(source.device):
+                        reads.append((entry, tf.identity(source.read_value())))
+        with tf.control_dependencies([r for _, r in reads]), tf.device(gs.device):
+            after = tf.cast(shared.server.pull_begin.read_value(), tf.int64)
+        assigns = []
+        for entry, value in reads:
+            with tf.device(entry.local.device):
+                assigns.append(entry.local.assign(value, read_value=False))
+        with tf.device(shared.worker_host), tf.control_dependencies(assigns):
+            kept = worker.local_version.read_value()
+            version = tf.where(tf.equal(after, before), before, kept)
+            return tf.group(worker.local_version.assign(version, read_value=False))
+
+    with tf.device(shared.worker_host):
+        needed = tf.logical_and(step.needs_full_sync,
+                                tf.logical_not(worker.hook_resyncs.read_value()))
+        resynced = tf.cond(needed, copy_model, tf.no_op, name="tlc_resync_without_hook")
+    # TF's train op again (local step = token, of the same kind: a tensor
+    # for a ref local step, the unread variable for a resource one), last.
+    token = step.train_op.op.inputs[1]
+    with tf.device(step.train_op.op.device), tf.name_scope(""):
+        with tf.control_dependencies([resynced, step.version_after_step]):
+            return shared.local_step.assign(token)
+

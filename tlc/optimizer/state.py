@@ -102,12 +102,19 @@ class WorkerState:
             # The chief's copy of worker-kept statistics is the one saved: set
             # by chief_init_op, which only the chief runs.
             self.is_chief = local_variable(False, tf.bool, "tlc_is_chief")
+            # True once the session hook runs in this session: it resyncs a
+            # worker that fell behind itself; without it the step does.
+            self.hook_resyncs = local_variable(False, tf.bool, "tlc_hook_resyncs")
             self.bytes_pushed = persistent_variable(0, tf.int64, "tlc_bytes_pushed")
             self.bytes_pulled = persistent_variable(0, tf.int64, "tlc_bytes_pulled")
             self.worker_steps = persistent_variable(0, tf.int64, "tlc_worker_steps")
             self.step_seconds = persistent_variable(
                 [0.0] * len(timing.WORKER_PHASES), tf.float64, "tlc_step_seconds")
             self.float32_bytes_per_step = tf.constant(float32_bytes_per_step, tf.int64)
+
+    @property
+    def persistent_variables(self):
+        return [self.bytes_pushed, self.bytes_pulled, self.worker_steps, self.step_seconds]
 
 
 def persistent_variable(value, dtype, name):

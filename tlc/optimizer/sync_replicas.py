@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from tlc import replica
 from tlc.compressors import Compressor, Float32, ThreeLC, create
-from tlc.optimizer import layout, timing, worker_step
+from tlc.optimizer import layout, startup, timing, worker_step
 from tlc.optimizer.full_sync import FullSync
 from tlc.optimizer.hook import SyncReplicasHook
 from tlc.optimizer.recovery import Recovery
@@ -79,6 +79,9 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
             raise ValueError("Must supply at least one variable")
         if global_step is None:
             raise ValueError("Global step is required to check staleness")
+        # What apply_gradients makes on this worker is initialised by
+        # chief_init_op / local_step_init_op too (TF's recipes run only those).
+        locals_before = {v.ref() for v in tf.compat.v1.local_variables()}
         anchor = tf.no_op(name="tlc_worker_anchor")
         worker_host = replica.host_device(anchor.device)
         with tf.compat.v1.colocate_with(anchor):
@@ -95,11 +98,14 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
             to_average = self._masters_to_average()
             step = worker_step.build(shared, channels, grads, self._variable_averages, to_average)
             self._average_local_copies_as_masters()
+            train_op = startup.resync_in_step(shared, entries, step)
         # Session-side ops run on their own: not after the step's control
         # dependencies (e.g. UPDATE_OPS around minimize()).
         with tf.control_dependencies(None):
-            self._built = _Built(shared, entries, channels, step)
-        return step.train_op
+            made_local = [v for v in tf.compat.v1.local_variables()
+                          if v.ref() not in locals_before]
+            self._built = _Built(shared, entries, channels, step, made_local, train_op)
+        return train_op
 
     def _masters_to_average(self):
         """variables_to_average (TF's default: trainable_variables()) with
@@ -258,7 +264,7 @@ class _Built:
     """What apply_gradients built: the shared state, the channels, the step,
     and the session-side pieces made from them."""
 
-    def __init__(self, shared, entries, channels, step):
+    def __init__(self, shared, entries, channels, step, made_local, train_op):
         self.shared = shared
         self.entries = entries
         self.channels = channels
@@ -266,4 +272,5 @@ class _Built:
         self.full_sync = FullSync(shared, entries)
         self.recovery = Recovery(shared, entries)
         self.session_ops = SessionOps(shared, entries, step.chief_queue_runner,
-                                      step.needs_full_sync, step.version_after_step, step.train_op)
+                                      step.needs_full_sync, step.version_after_step, train_op,
+                                      made_local)
