@@ -172,15 +172,17 @@ class Residuals:
         """The chief's line about tlc's state after a restore, or None."""
         if self.restored is None:
             return None
-        path, loaded, missing = self.restored
+        path, loaded, missing, other_shapes = self.restored
         if not missing:
             return None
         what = [n for n, vs in (("shadows", self.shadows),
                                 ("push residuals", [v for row in self.copies for v in row]))
                 if any(v in missing for v in vs)]
         return (f"tlc: checkpoint {path} holds no {' and no '.join(what)} for "
-                f"{len(missing)} of {len(missing) + len(loaded)} tlc variables: they start "
-                f"fresh (residuals at zero, shadows = masters)")
+                f"{len(missing)} of {len(missing) + len(loaded)} tlc variables"
+                + (f" ({other_shapes} saved with other shapes: variables sliced for another "
+                   "number of parameter servers)" if other_shapes else "")
+                + ": they start fresh (residuals at zero, shadows = masters)")
 
 
 def checkpointed_state(graph=None):
@@ -219,14 +221,19 @@ class Saver(tf.compat.v1.train.Saver):
         if self._model_saver is None:
             return super().restore(sess, save_path)
         self._model_saver.restore(sess, save_path)
-        reader = tf.train.load_checkpoint(save_path)
-        loaded = {k: v for k, v in self._tlc_state.items() if reader.has_tensor(k)}
+        saved = tf.train.load_checkpoint(save_path).get_variable_to_shape_map()
+        # A variable sliced for another number of servers has other slice
+        # shapes: its model restores (TF re-slices it), its tlc state starts fresh.
+        loaded = {k: v for k, v in self._tlc_state.items()
+                  if k in saved and list(saved[k]) == v.shape.as_list()}
         missing = [v for k, v in self._tlc_state.items() if k not in loaded]
+        reader = tf.train.load_checkpoint(save_path)
         if loaded:
             sess.run([v.initializer for v in loaded.values()],
                      {v.initializer.inputs[1]: reader.get_tensor(k) for k, v in loaded.items()})
         for residuals in self._residuals:
-            residuals.restored = (save_path, list(loaded.values()), missing)
+            residuals.restored = (save_path, list(loaded.values()), missing,
+                                  sum(k in saved for k in self._tlc_state) - len(loaded))
         return None
 
 
