@@ -95,11 +95,9 @@ def test_mnist_replica_trains_and_exits(optimizer, recipe):
     output, exited = run_tasks({
         (job, index): common + [f"--job_name={job}", f"--task_index={index}"]
         for job, index in (("ps", 0), ("worker", 0), ("worker", 1))},
-        # The workers' servers first: the PS asks each worker for its clock
-        # from the start (serve_until_workers_done), and a refused connection
-        # makes gRPC wait before it reconnects; a push the PS then pulls from
-        # that worker fails with "failed to connect to all addresses".
-        first=[("worker", 0), ("worker", 1)])
+        # The PS first, as users start it: its probes of workers not up yet
+        # (serve_until_workers_done) must not break its steps' connections.
+        first=[("ps", 0)])
     steps = []  # (global step, loss) of every step of both workers
     for index in range(2):
         out = output[("worker", index)]
@@ -125,3 +123,42 @@ def test_mnist_replica_trains_and_exits(optimizer, recipe):
     assert all(delay < EXIT_AFTER_LAST_STEP for delay in after.values()), after
     for task, out in output.items():
         assert f"{task[0]} {task[1]}: exiting at" in out, out[-3000:]
+
+
+def _graph_with_the_optimizer():
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tlc import replica  # pylint: disable=import-outside-toplevel
+    from tlc.optimizer import SyncReplicasOptimizer  # pylint: disable=import-outside-toplevel
+    graph = tf.Graph()
+    with graph.as_default():
+        cluster = tf.train.ClusterSpec({"ps": ["localhost:1"], "worker": ["localhost:2"]})
+        with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(cluster=cluster)), \
+                replica.local_copies("/job:worker/task:0"):
+            gs = tf.compat.v1.train.get_or_create_global_step()
+            w = tf.compat.v1.get_variable("w", [2000], initializer=tf.ones_initializer())
+        loss = tf.reduce_sum(tf.square(w))
+        opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), 1, 1)
+        train_op = opt.minimize(loss, global_step=gs)
+    return graph, opt, train_op
+
+
+def _resync_ops(graph):
+    return [op.name for op in graph.get_operations() if "tlc_resync_without_hook" in op.name]
+
+
+def test_the_resync_without_hook_is_built_only_for_those_recipes():
+    """A job with the hook never asks for TF's init ops: its train op carries
+    no full-precision reads from the PS (tensors crossing every step); a
+    recipe without the hook asks for them, and its train op then waits for
+    the resync."""
+    graph, opt, train_op = _graph_with_the_optimizer()
+    with graph.as_default():
+        opt.make_session_run_hook(True)
+        assert not _resync_ops(graph)
+        slot = [op for op in train_op.op.control_inputs if "tlc_resync_slot" in op.name]
+        assert len(slot) == 1 and not slot[0].control_inputs
+        opt.local_step_init_op  # pylint: disable=pointless-statement
+        opt.chief_init_op  # pylint: disable=pointless-statement
+        assert _resync_ops(graph)
+        waits_for = [op.name for op in slot[0].control_inputs]
+        assert len(waits_for) == 1 and "tlc_resync_without_hook" in waits_for[0], waits_for

@@ -156,14 +156,27 @@ def _model_into_local_copies(shared, entries, wait_for_chief):
     return tf.group(*copies, set_version, local_step)
 
 
-def resync_in_step(shared, entries, step):
-    """The step's train op, after which a worker that fell behind the pull
-    logs (needs_full_sync) copies the model in full precision, unless the
-    session hook does it (its resync retries until consistent). Without the
-    hook (TF's Supervisor, a plain Session) nobody else would: the worker
-    would train on a model that never changes again. The copy is kept only
-    if no update started meanwhile (pull_begin unchanged); else the model
-    version stays behind and the next step copies again."""
+def train_op_with_slot(shared, step):
+    """TF's train op again (local step = token, of the same kind: a tensor
+    for a ref local step, the unread variable for a resource one), after a
+    no-op `slot` that add_resync may later make wait for the resync."""
+    token = step.train_op.op.inputs[1]
+    with tf.device(shared.worker_host):
+        slot = tf.no_op(name="tlc_resync_slot")
+    with tf.device(step.train_op.op.device), tf.name_scope(""):
+        with tf.control_dependencies([slot, step.version_after_step]):
+            return shared.local_step.assign(token), slot
+
+
+def add_resync(shared, entries, step, slot):
+    """For TF's recipes without the session hook (Supervisor, a plain
+    Session), whose worker would otherwise train on a model that never
+    changes again once it fell behind the pull logs (needs_full_sync): after
+    the step, the worker copies the model in full precision (kept only if no
+    update started meanwhile, pull_begin unchanged; else the next step copies
+    again), unless a hook does it. Added only when such a recipe asks for the
+    init ops, before its session starts: the copy's reads are tensors
+    crossing to every PS each step, which a job with the hook does not pay."""
     gs, worker = shared.global_step, shared.worker
 
     def copy_model():
@@ -191,10 +204,6 @@ def resync_in_step(shared, entries, step):
         needed = tf.logical_and(step.needs_full_sync,
                                 tf.logical_not(worker.hook_resyncs.read_value()))
         resynced = tf.cond(needed, copy_model, tf.no_op, name="tlc_resync_without_hook")
-    # TF's train op again (local step = token, of the same kind: a tensor
-    # for a ref local step, the unread variable for a resource one), last.
-    token = step.train_op.op.inputs[1]
-    with tf.device(step.train_op.op.device), tf.name_scope(""):
-        with tf.control_dependencies([resynced, step.version_after_step]):
-            return shared.local_step.assign(token)
+    # The train op exists already: only its slot can still be made to wait.
+    slot._add_control_input(getattr(resynced, "op", resynced))  # pylint: disable=protected-access
 

@@ -98,13 +98,14 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
             to_average = self._masters_to_average()
             step = worker_step.build(shared, channels, grads, self._variable_averages, to_average)
             self._average_local_copies_as_masters()
-            train_op = startup.resync_in_step(shared, entries, step)
+            train_op, resync_slot = startup.train_op_with_slot(shared, step)
         # Session-side ops run on their own: not after the step's control
         # dependencies (e.g. UPDATE_OPS around minimize()).
         with tf.control_dependencies(None):
             made_local = [v for v in tf.compat.v1.local_variables()
                           if v.ref() not in locals_before]
-            self._built = _Built(shared, entries, channels, step, made_local, train_op)
+            self._built = _Built(shared, entries, channels, step, made_local, train_op,
+                                 resync_slot)
         return train_op
 
     def _masters_to_average(self):
@@ -177,11 +178,12 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
     # What TF's recipes run (Supervisor, a plain Session), as TF names them.
     @property
     def chief_init_op(self):
-        return self._require_applied("chief_init_op").session_ops.chief_init_op
+        return self._require_applied("chief_init_op").for_recipe_without_hook().chief_init_op
 
     @property
     def local_step_init_op(self):
-        return self._require_applied("local_step_init_op").session_ops.local_step_init_op
+        return self._require_applied(
+            "local_step_init_op").for_recipe_without_hook().local_step_init_op
 
     @property
     def ready_for_local_init_op(self):
@@ -264,7 +266,8 @@ class _Built:
     """What apply_gradients built: the shared state, the channels, the step,
     and the session-side pieces made from them."""
 
-    def __init__(self, shared, entries, channels, step, made_local, train_op):
+    def __init__(self, shared, entries, channels, step, made_local, train_op, resync_slot):
+        self._resync_slot = resync_slot  # until a recipe without the hook needs it
         self.shared = shared
         self.entries = entries
         self.channels = channels
@@ -274,3 +277,14 @@ class _Built:
         self.session_ops = SessionOps(shared, entries, step.chief_queue_runner,
                                       step.needs_full_sync, step.version_after_step, train_op,
                                       made_local)
+
+    def for_recipe_without_hook(self):
+        """The session ops, once the train op also resyncs a worker that fell
+        behind (startup.add_resync): TF's recipes without the hook ask for
+        the init ops, a job with the hook never does."""
+        if self._resync_slot is not None:
+            graph = self._resync_slot.graph
+            with graph.as_default(), tf.control_dependencies(None):
+                startup.add_resync(self.shared, self.entries, self.step, self._resync_slot)
+            self._resync_slot = None
+        return self.session_ops
