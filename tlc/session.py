@@ -210,8 +210,8 @@ def serve_until_workers_done(server, grace=DEFAULT_GRACE):
     when all did) after printing them in one line.
 
     A worker is gone once its task has not answered for `grace` seconds: the
-    PS asks each worker's server for its clock through TF (an op placed on
-    /job:worker/task:i, run with a deadline) about once a second, counting
+    PS asks each worker's TF server for its status (TF's GetStatus RPC, with
+    a deadline) about once a second, counting
     from its last answer, or from this call for a worker never heard from.
     A slow worker answers (its gRPC server does, whatever its Python code is
     doing), and a restarted one answers again on its address, so neither
@@ -226,8 +226,7 @@ def serve_until_workers_done(server, grace=DEFAULT_GRACE):
     own_device = f"/job:{job}/task:{index}"
     own = tf.compat.v1.ConfigProto(device_filters=[own_device])
     started = time.time()
-    prober = _WorkerProber(server.target, own_device, num_workers,
-                           deadline=min(max(1.0, grace / 2), 30.0)).start()
+    prober = _WorkerProber(addresses, deadline=min(max(1.0, grace / 2), 30.0)).start()
     done = set()
     try:
         with tf.Graph().as_default():
@@ -262,20 +261,22 @@ def serve_until_workers_done(server, grace=DEFAULT_GRACE):
 
 
 class _WorkerProber:
-    """Asks each worker's server for its clock (tf.timestamp placed on it)
-    about once a second, each from a daemon thread of its own, with a
-    deadline; `last_answer(i)` is when worker i last answered (None: never).
-    A thread that blocks (a session being made while the worker is down)
-    only delays its own worker's next answer, which is what is measured."""
+    """Asks each worker's TF server for its status (WorkerService.GetStatus,
+    the RPC TF's own master uses first) about once a second, each from a
+    daemon thread of its own, with a deadline; `last_answer(i)` is when
+    worker i last answered (None: never). Over a gRPC channel of its own:
+    TF's channel to the worker (the one the PS's steps receive the pushes
+    on) is neither opened early nor put into reconnect backoff by a probe of
+    a worker that is not up yet, and no session is made on the worker. Its
+    gRPC threads answer whatever the worker's Python code or ops are doing."""
 
-    def __init__(self, target, own_device, num_workers, deadline):
-        self._target, self._own, self._deadline = target, own_device, deadline
-        self._num_workers = num_workers
+    def __init__(self, addresses, deadline):
+        self._addresses, self._deadline = addresses, deadline
         self._answers = {}
         self._stop = threading.Event()
 
     def start(self):
-        for i in range(self._num_workers):
+        for i in range(len(self._addresses)):
             threading.Thread(target=self._probe, args=(i,), daemon=True,
                              name=f"tlc-probe-worker{i}").start()
         return self
@@ -287,26 +288,23 @@ class _WorkerProber:
         return self._answers.get(i)
 
     def _probe(self, i):
-        device = f"/job:worker/task:{i}"
-        graph = tf.Graph()
-        with graph.as_default(), tf.device(device):
-            clock = tf.timestamp()  # stateful: runs on the worker, never folded away
-        config = tf.compat.v1.ConfigProto(device_filters=[device, self._own])
-        options = tf.compat.v1.RunOptions(timeout_in_ms=max(1, int(self._deadline * 1000)))
-        session = None
-        while not self._stop.is_set():
-            try:
-                if session is None:  # blocks while the worker is down
-                    session = tf.compat.v1.Session(self._target, graph=graph, config=config)
-                session.run(clock, options=options)
-                self._answers[i] = time.time()
-            except tf.errors.DeadlineExceededError:
-                pass  # no answer in time: ask again in the same session
-            except tf.errors.OpError:
-                # Down, or restarted (it forgot the session): a new session. The
-                # old one is left unclosed: closing it could wait for the worker.
-                session = None
-            self._stop.wait(PROBE_SECS)
+        import grpc  # pylint: disable=import-outside-toplevel  (TensorFlow's own dependency)
+        channel = grpc.insecure_channel(self._addresses[i])
+        # GetStatusRequest has no fields: its encoding is empty. The answer
+        # (the worker's devices) is not read, only that it came.
+        get_status = channel.unary_unary("/tensorflow.WorkerService/GetStatus",
+                                         request_serializer=lambda _: b"",
+                                         response_deserializer=lambda data: data)
+        try:
+            while not self._stop.is_set():
+                try:
+                    get_status(None, timeout=self._deadline)
+                    self._answers[i] = time.time()
+                except grpc.RpcError:
+                    pass  # down, cut off, stopped or not up yet: ask again
+                self._stop.wait(PROBE_SECS)
+        finally:
+            channel.close()
 
 
 def worker_done(server):
