@@ -21,6 +21,7 @@
 
 #include "../core/accumulate.h"
 #include "../core/threelc.h"
+#include "tf_executor.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -99,19 +100,6 @@ REGISTER_OP("TlcCompressedAccumulatorNumAccumulated")
       c->set_output(0, c->Scalar());
       return ::absl::Status();
     });
-
-Executor TfExecutor(OpKernelContext* ctx) {
-  const auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-  Executor exec;
-  exec.num_threads = workers->num_threads;
-  exec.run = [workers](int64_t n, const std::function<void(int64_t)>& task) {
-    ::tensorflow::Shard(workers->num_threads, workers->workers, n, int64_t{1} << 40,
-                        [&task](int64_t begin, int64_t end) {
-                          for (int64_t i = begin; i < end; ++i) task(i);
-                        });
-  };
-  return exec;
-}
 
 class CompressedAccumulator : public ResourceBase {
  public:

@@ -6,6 +6,7 @@
 #include "../core/golomb.h"
 #include "../core/threelc.h"
 #include "../core/zero_run.h"
+#include "tf_executor.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/resource_var.h"
@@ -26,20 +27,6 @@ namespace errors = ::tensorflow::errors;
 // Largest tensor a decoder will allocate (2^40 elements), so a hostile size
 // fails cleanly instead of exhausting memory first.
 constexpr int64_t kMaxElements = int64_t{1} << 40;
-
-Executor TfExecutor(OpKernelContext* ctx) {
-  const auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-  Executor exec;
-  exec.num_threads = workers->num_threads;
-  exec.run = [workers](int64_t n, const std::function<void(int64_t)>& task) {
-    // A huge cost per unit makes Shard run one task per shard.
-    ::tensorflow::Shard(workers->num_threads, workers->workers, n, int64_t{1} << 40,
-                        [&task](int64_t begin, int64_t end) {
-                          for (int64_t i = begin; i < end; ++i) task(i);
-                        });
-  };
-  return exec;
-}
 
 bool Ok(OpKernelContext* ctx, const Status& s) {
   if (!s.ok()) ctx->CtxFailure(__FILE__, __LINE__, errors::InvalidArgument(s.message()));
