@@ -43,14 +43,16 @@ def latest_checkpoint(checkpoints):
     assert path, os.listdir(checkpoints)
     for suffix in (".index", ".meta"):
         assert os.path.exists(path + suffix), f"latest checkpoint {path} lacks {suffix}"
-    # Every data shard (one per device group of the sharded saver, as TF's
-    # Scaffold saves; tlc's state adds a group): none missing.
+    # Every data shard of the sharded saver (as TF's Scaffold saves): none
+    # missing, and one per parameter server as for a stock TF job (1 PS here;
+    # tlc's shadows once made a second group on the same PS).
     shards = [n for n in os.listdir(checkpoints)
               if n.startswith(os.path.basename(path) + ".data-")]
     assert shards, f"latest checkpoint {path} has no data file"
     count = int(shards[0].rsplit("-of-", 1)[1])
     expected = {f"{os.path.basename(path)}.data-{i:05d}-of-{count:05d}" for i in range(count)}
     assert set(shards) == expected, (sorted(shards), sorted(expected))
+    assert count == 1, sorted(shards)
     return path, int(path.rsplit("-", 1)[1])
 
 

@@ -30,11 +30,14 @@ class Channel:
     def make_state(self):
         """Shadows (saved: master - shadow is the pull's residual) and the
         pull log (not saved)."""
+        for entry in self.pulled:
+            if entry.compressed:
+                # On its master's device, spelt the same: TF's sharded saver
+                # groups by that string (one shard per PS, as a stock job).
+                with tf.device(entry.master.device):
+                    entry.shadow = state.server_variable(
+                        entry.master.shape, entry.dtype, entry.name + "/tlc_shadow", saved=True)
         with tf.device(self.device):
-            for entry in self.pulled:
-                if entry.compressed:
-                    entry.shadow = state.server_variable(entry.master.shape, entry.dtype,
-                                                         entry.name + "/tlc_shadow", saved=True)
             if self.pulled:
                 self.log = _shared_table(
                     "tlc_pull_log_" + self.device.strip("/").replace("/", "_").replace(":", "_"))
