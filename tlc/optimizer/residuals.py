@@ -18,7 +18,8 @@ that does not answer within RESIDUAL_WAIT_SECS keeps its previous copy, and the
 chief says so in one line). A worker's working memory is loaded from its PS
 copy whenever its session is created: a resumed run, a restarted worker or a
 re-created session continues from the copy (the last checkpoint's, or the
-copy the restarted PS was restored with).
+copy the restarted PS was restored with); a copy of zeros is not sent (the
+memory keeps its own value).
 
 Shadows and copies are tlc state saved by `Saver` (state.CHECKPOINTED), the
 default saver tlc puts in the graph's SAVERS collection (MonitoredSession,
@@ -51,6 +52,13 @@ def memory_variables(memory):
     if isinstance(memory, (list, tuple)):
         return [v for m in memory for v in memory_variables(m)]
     return []
+
+
+def _value_or_zeros(variable):
+    """Its value, or zeros if not initialised yet (a recipe without the hook
+    makes the memory with this load)."""
+    return tf.cond(tf.compat.v1.is_variable_initialized(variable), variable.read_value,
+                   lambda: tf.zeros(variable.shape, variable.dtype.base_dtype))
 
 
 def worker_index(host):
@@ -123,14 +131,20 @@ class Residuals:
             return tf.compat.v1.scatter_update(self.answered, [self.index], [request_id]).op
 
     def _load(self):
-        """This worker's PS copies into its memory (zero where a copy is yet
-        to be made); its answer reset (a worker back after its end)."""
+        """This worker's PS copies into its memory where a copy holds a
+        residual (restored or written); its answer reset (a worker back after
+        its end). A copy of zeros (never written, or made again on a
+        restarted PS) is not sent: the memory keeps what it holds (zeros in a
+        new process, the live residual in a re-created session), and a fresh
+        start moves no model-sized copy per worker."""
         loads = []
         for (_, memory), copy in zip(self.memories, self.copies[self.index]):
             with tf.device(copy.device):
-                value = tf.cond(tf.compat.v1.is_variable_initialized(copy), copy.read_value,
-                                lambda m=memory: tf.zeros(m.shape, m.dtype.base_dtype))
+                held = tf.cond(tf.compat.v1.is_variable_initialized(copy),
+                               lambda c=copy: tf.reduce_any(tf.not_equal(c.read_value(), 0)),
+                               lambda: tf.constant(False))
             with tf.device(memory.device):
+                value = tf.cond(held, copy.read_value, lambda m=memory: _value_or_zeros(m))
                 loads.append(memory.assign(value, read_value=False))
         with tf.device(self.answered.device):
             reset = tf.cond(tf.compat.v1.is_variable_initialized(self.answered),
