@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include "bitmask_simd.h"
 #include "threelc.h"
 
@@ -53,6 +55,12 @@ void Save(const std::string& path, const void* p, size_t bytes) {
 
 // CPU time of this thread: on a machine shared with other jobs it leaves out
 // the time the thread waited for a core (not the memory bandwidth they take).
+long MinorFaults() {
+  rusage u;
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_minflt;
+}
+
 double Now() {
   timespec t;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
@@ -117,6 +125,7 @@ int main(int argc, char** argv) {
   } else {
     Flusher flush;
     std::vector<double> t_copy, t_c, t_d;
+    long faults = 0;
     for (int i = 0; i <= reps; ++i) {
       std::memcpy(wx.data(), x.data(), 4 * n);
       std::memcpy(we.data(), e.data(), 4 * n);
@@ -125,9 +134,11 @@ int main(int argc, char** argv) {
       std::memcpy(copy.data(), x.data(), 4 * n);
       double t1 = Now();
       flush();
+      const long f0 = MinorFaults();
       double t2 = Now();
       compress();
       double t3 = Now();
+      faults = MinorFaults() - f0;
       flush();
       double t4 = Now();
       decompress();
@@ -140,7 +151,7 @@ int main(int argc, char** argv) {
     }
     // Phases: the block quantizer alone (max + quantize into the masks) and
     // the maximum alone, on the same cold input.
-    std::vector<double> t_q, t_max;
+    std::vector<double> t_q, t_max, t_zre, t_lower, t_gol, t_roof;
     for (int i = 0; i <= reps; ++i) {
       std::memcpy(wx.data(), x.data(), 4 * n);
       std::memcpy(we.data(), e.data(), 4 * n);
@@ -153,6 +164,33 @@ int main(int argc, char** argv) {
       tlc::QuantizeBlocks(wx.data(), we.data(), we.data(), n, block, 0, tlc::NumScales(n, block),
                           1.0f, scales.data(), &sinks, &bad);
       double t1 = Now();
+      // The tail of a compress on those masks: zero-run size, Golomb code.
+      sinks.Finish();
+      bits.nonzeros = 0;
+      double tz0 = Now();
+      const int64_t zre = tlc::ZeroRunSizeOfBits(&bits, 1, n);
+      double tz1 = Now();
+      const int64_t lower = tlc::ZeroRunSizeLowerBound(&bits, 1);
+      double tz2 = Now();
+      if (lower > zre) std::printf("lower bound %lld above the size %lld\n",
+                                   static_cast<long long>(lower), static_cast<long long>(zre));
+      std::unique_ptr<uint8_t[]> gbuf(new uint8_t[n / 2 + 64]);
+      std::memset(gbuf.get(), 0, n / 2 + 64);
+      double tg0 = Now();
+      const int64_t gsz = tlc::WriteGolombOfBits(&bits, 1, 5, gbuf.get(), gbuf.get() + n / 8);
+      double tg1 = Now();
+      if (i) {
+        t_zre.push_back(tz1 - tz0);
+        t_lower.push_back(tz2 - tz1);
+        t_gol.push_back(tg1 - tg0);
+      }
+      if (zre + gsz < 0) std::printf("?");
+      // Roof: e += x, the memory traffic of the block quantizer alone.
+      flush();
+      double tr0 = Now();
+      for (int64_t j = 0; j < n; ++j) we[j] += wx[j];
+      double tr1 = Now();
+      if (i) t_roof.push_back(tr1 - tr0);
       flush();
       double t2 = Now();
       float top = 0;
@@ -167,15 +205,16 @@ int main(int argc, char** argv) {
       }
     }
     auto best = [](std::vector<double> v) { return *std::min_element(v.begin(), v.end()); };
-    std::printf("phases: QuantizeBlocks %.3f ms, MaxAbsSum alone %.3f ms\n", 1e3 * best(t_q),
-                1e3 * best(t_max));
+    std::printf("phases: QuantizeBlocks %.3f ms, MaxAbsSum alone %.3f ms, ZeroRunSizeOfBits %.3f ms (lower bound %.3f ms), "
+                "WriteGolombOfBits (b = 5) %.3f ms, roof e += x %.3f ms\n", 1e3 * best(t_q),
+                1e3 * best(t_max), 1e3 * best(t_zre), 1e3 * best(t_lower), 1e3 * best(t_gol), 1e3 * best(t_roof));
     auto worst = [](std::vector<double> v) { return *std::max_element(v.begin(), v.end()); };
     std::printf("n %lld  code %zu bytes (%.4f bits/value)\n", static_cast<long long>(n),
                 code.size(), (8.0 * code.size() + 32.0 * scales.size()) / n);
     std::printf("memcpy     best %8.3f ms  worst %8.3f ms\n", 1e3 * best(t_copy),
                 1e3 * worst(t_copy));
-    std::printf("compress   best %8.3f ms  %.3fx memcpy\n", 1e3 * best(t_c),
-                best(t_copy) / best(t_c));
+    std::printf("compress   best %8.3f ms  %.3fx memcpy  (last call: %ld minor page faults)\n",
+                1e3 * best(t_c), best(t_copy) / best(t_c), faults);
     std::printf("decompress best %8.3f ms  %.3fx memcpy\n", 1e3 * best(t_d),
                 best(t_copy) / best(t_d));
   }

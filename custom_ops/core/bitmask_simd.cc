@@ -380,6 +380,25 @@ TLC_ALWAYS_INLINE int64_t ZeroRunSizeImpl(const SliceBits* slices, int64_t count
   return size + RunBytes(run);
 }
 
+TLC_ALWAYS_INLINE int64_t ZeroRunLowerBoundImpl(const SliceBits* slices, int64_t count) {
+  int64_t size = 0;
+  uint64_t prev = 1;  // whether the group before was non-zero (a virtual one before the first)
+  for (int64_t s = 0; s < count; ++s) {
+    const SliceBits& sl = slices[s];
+    const uint64_t* grp = sl.grp();
+    const int64_t groups = sl.groups();
+    for (int64_t w = 0; w << 6 < groups; ++w) {
+      const uint64_t g = grp[w];
+      const int valid = static_cast<int>(std::min<int64_t>(64, groups - (w << 6)));
+      const uint64_t in = valid == 64 ? ~uint64_t{0} : (uint64_t{1} << valid) - 1;
+      // Literal bytes, then the quiet groups that follow a non-zero one (run starts).
+      size += PopCount64(g) + PopCount64(~g & in & ((g << 1) | prev));
+      prev = (g >> (valid - 1)) & 1;
+    }
+  }
+  return size;
+}
+
 // Bits [o, o + 5) of a mask (o + 5 may run into the spare last word).
 TLC_ALWAYS_INLINE uint32_t Five(const uint64_t* w, int64_t o) {
   const int64_t k = o >> 6;
@@ -650,6 +669,9 @@ TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count
 }
 
 int64_t ZeroRunSizeGeneric(const SliceBits* s, int64_t c) { return ZeroRunSizeImpl(s, c); }
+int64_t ZeroRunLowerBoundGeneric(const SliceBits* s, int64_t c) {
+  return ZeroRunLowerBoundImpl(s, c);
+}
 void WriteZeroRunGeneric(const SliceBits* s, int64_t c, int64_t n, uint8_t* out) {
   WriteZeroRunImpl(s, c, n, out);
 }
@@ -659,6 +681,9 @@ int64_t WriteGolombGeneric(const SliceBits* s, int64_t c, int b, uint8_t* signs,
 }
 #if TLC_X86_KERNELS
 TLC_AVX2 int64_t ZeroRunSizeAvx2(const SliceBits* s, int64_t c) { return ZeroRunSizeImpl(s, c); }
+TLC_AVX2 int64_t ZeroRunLowerBoundAvx2(const SliceBits* s, int64_t c) {
+  return ZeroRunLowerBoundImpl(s, c);
+}
 TLC_AVX2 void WriteZeroRunAvx2(const SliceBits* s, int64_t c, int64_t n, uint8_t* out) {
   WriteZeroRunImpl(s, c, n, out);
 }
@@ -987,6 +1012,13 @@ int64_t ZeroRunSizeOfBits(const SliceBits* slices, int64_t count, int64_t n) {
   if (UseAvx2Kernels()) return ZeroRunSizeAvx2(slices, count);
 #endif
   return ZeroRunSizeGeneric(slices, count);
+}
+
+int64_t ZeroRunSizeLowerBound(const SliceBits* slices, int64_t count) {
+#if TLC_X86_KERNELS
+  if (UseAvx2Kernels()) return ZeroRunLowerBoundAvx2(slices, count);
+#endif
+  return ZeroRunLowerBoundGeneric(slices, count);
 }
 
 void WriteZeroRunOfBits(const SliceBits* slices, int64_t count, int64_t n, int64_t size,

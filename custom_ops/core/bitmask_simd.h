@@ -102,6 +102,10 @@ int64_t QuantizeBlocks(const float* x, const float* e, float* e_out, int64_t n, 
 // order, covering [0, n)).
 int64_t ZeroRunSizeOfBits(const SliceBits* slices, int64_t count, int64_t n);
 
+// A lower bound on ZeroRunSizeOfBits, much cheaper: one byte per non-zero
+// group and per run of quiet groups (a run of more than 14 takes more).
+int64_t ZeroRunSizeLowerBound(const SliceBits* slices, int64_t count);
+
 // Writes the zero-run code of those slices: exactly `size` =
 // ZeroRunSizeOfBits bytes.
 void WriteZeroRunOfBits(const SliceBits* slices, int64_t count, int64_t n, int64_t size,

@@ -280,17 +280,32 @@ Status Compress3LC(const float* x, const float* error_in, float* error_out, int6
   int64_t total_nonzeros = 0;
   for (const SliceBits& b : slices) total_nonzeros += b.nonzeros;
 
-  const int64_t zre_size = ZeroRunSizeOfBits(slices.data(), num_slices, n);
   std::unique_ptr<uint8_t[]> golomb;
-  int64_t golomb_size = 0;
+  int64_t golomb_size = 0, zre_size = -1;
   bool use_golomb = false;
   if (adaptive) {
     // A position costs at least 2 bits (terminating zero and sign): skip the
-    // Golomb pass when even that cannot beat the zero-run code.
-    if (total_nonzeros * 2 < zre_size * 8) {
+    // Golomb pass when even that cannot beat the zero-run code. A cheap lower
+    // bound on the zero-run size decides first when it can (same choice:
+    // lower <= zre_size); the exact size is needed only when it cannot.
+    const int64_t lower = ZeroRunSizeLowerBound(slices.data(), num_slices);
+    if (total_nonzeros * 2 < lower * 8) {
       TLC_RETURN_IF_ERROR(EncodeGolombSigns(slices, n, total_nonzeros, &golomb, &golomb_size));
-      use_golomb = golomb_size < zre_size;
+      if (golomb_size < lower) {
+        use_golomb = true;
+      } else {
+        zre_size = ZeroRunSizeOfBits(slices.data(), num_slices, n);
+        use_golomb = golomb_size < zre_size;
+      }
+    } else {
+      zre_size = ZeroRunSizeOfBits(slices.data(), num_slices, n);
+      if (total_nonzeros * 2 < zre_size * 8) {
+        TLC_RETURN_IF_ERROR(EncodeGolombSigns(slices, n, total_nonzeros, &golomb, &golomb_size));
+        use_golomb = golomb_size < zre_size;
+      }
     }
+  } else {
+    zre_size = ZeroRunSizeOfBits(slices.data(), num_slices, n);
   }
   const int64_t header = adaptive ? 1 : 0;
   const int64_t size = header + (use_golomb ? golomb_size : zre_size);
