@@ -125,9 +125,13 @@ class Loopback:
         return False
 
     def cluster(self, ps, workers):
-        self.spec = cl.local_cluster(ps, workers)
-        self.ports = {int(a.rpartition(":")[2]) for job in ("ps", "worker") for a in self.spec[job]}
-        return self.spec
+        return self.use(cl.local_cluster(ps, workers))
+
+    def use(self, spec):
+        """Counts the connections of this cluster spec's tasks."""
+        self.spec = spec
+        self.ports = {int(a.rpartition(":")[2]) for job in ("ps", "worker") for a in spec[job]}
+        return spec
 
     @staticmethod
     def prefix(job, index):

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from benchmarks.bench_scaling import Loopback
 from tlc.job import cluster as cl
 from tlc.job import launcher
 from waiting import wait_for  # tests/waiting.py (others import it from here)
@@ -18,6 +19,7 @@ BASE_FLAGS = ["--flagfile=configs/fashion_mnist.cfg", "--flagfile=configs/3lc_s1
               "--log_every=5", "--eval_batch=2000"]
 
 
+MODEL_BYTES = 6_000_000  # less than the small CNN in float32 (6.65 MB)
 chief_step = launcher.printed_step  # latest step the chief has printed (0 if none yet)
 
 
@@ -62,8 +64,25 @@ def test_killed_worker_with_backups_and_its_restart(tmp_path):
         killed_at = chief_step(c.logdir)
         # (1) Two workers remain, two are aggregated: the step count keeps advancing.
         wait_for(lambda: chief_step(c.logdir) >= killed_at + 15, 120, "progress without worker 2")
-        # (2) The restarted worker copies the model and trains on.
-        c.restart("worker", 2)
+        # (2) The restarted worker copies the model and trains on. The other
+        # two are stopped until it has its copy of the model (its sockets to
+        # the cluster received more than the model's bytes, counted by the
+        # kernel), so that the run cannot end before it joins however slowly
+        # it starts; tokens of the steps it missed are waiting for it.
+        others = [c.launcher.procs[("worker", i)].pid for i in (0, 1)]
+        for pid in others:
+            os.killpg(pid, signal.SIGSTOP)
+        try:
+            c.restart("worker", 2)
+            restarted = c.launcher.procs[("worker", 2)]
+            links = Loopback(0)
+            links.use(c.spec)
+            wait_for(lambda: restarted.poll() is not None or links.counters(
+                {("worker", 2): restarted})["worker2"]["rx_bytes"] > MODEL_BYTES, 240,
+                     "the restarted worker's copy of the model")
+        finally:
+            for pid in others:
+                os.killpg(pid, signal.SIGCONT)
         for index in range(3):
             proc = c.launcher.procs[("worker", index)]
             assert proc.wait(timeout=240) == 0, f"worker {index} failed"
