@@ -1,4 +1,8 @@
-"""A chief that dies inside its update and comes back must not deadlock the
+"""Tokens after restarts. A chief that dies inside its update and comes back
+must not deadlock the cluster (first test); nor must a worker's step left
+waiting on the PS by a session that died (second test).
+
+A chief that dies inside its update and comes back must not deadlock the
 cluster. The update takes each accumulator's gradients one after another; a
 chief killed half-way leaves some accumulators emptied while the other
 workers wait for a token that only a finished update would give. The new
@@ -68,39 +72,71 @@ def in_threads(*calls, timeout=120):
     assert not errors, errors
 
 
-def test_chief_back_after_dying_inside_its_update_trains_on():
-    workers, _ = create_local_cluster(NUM_WORKERS, 1)
-    built = [build_worker(i) for i in range(NUM_WORKERS)]
-    chief_graph, chief_opt, chief_train, global_step, (applied, take_v0) = built[0]
-    chief, chief_hook = session(chief_graph, chief_opt, workers[0].target, True)
-    other, _ = session(*built[1][:2], workers[1].target, False)
-    with contextlib.ExitStack() as stack:
-        stack.callback(other.close)
-        # Step 0 -> 1 with both workers.
-        in_threads(lambda: chief.run(chief_train), lambda: other.run(built[1][2]))
-        assert chief.run(global_step) == 1
-        # Worker 1 pushes for step 1 and waits for its token...
-        waiting = threading.Thread(target=lambda: other.run(built[1][2]), daemon=True)
-        waiting.start()
-        # ...while the chief dies inside its update: v0's accumulator has
-        # been taken, v1's not. (Run here as the dying chief's update would.)
-        with tf.compat.v1.Session(workers[0].target, graph=chief_graph) as raw:
-            while raw.run(applied) < 1:  # worker 1's push has reached the PS
+class Waiting:
+    """Workers 0 and 1 made step 0 -> 1; worker 1's session then pushed for
+    step 1 and waits on the PS for its token (the chief has not pushed)."""
+
+    def __init__(self, stack):
+        self.workers, _ = create_local_cluster(NUM_WORKERS, 1)
+        self.built = [build_worker(i) for i in range(NUM_WORKERS)]
+        graph, opt, self.chief_train, self.global_step, (applied, self.take_v0) = self.built[0]
+        self.chief_graph = graph
+        self.chief, self.chief_hook = session(graph, opt, self.workers[0].target, True)
+        self.other, _ = session(*self.built[1][:2], self.workers[1].target, False)
+        stack.callback(self.other.close)
+        in_threads(lambda: self.chief.run(self.chief_train), self.other_step)
+        assert self.chief.run(self.global_step) == 1
+        self.thread = threading.Thread(target=self.other_step, daemon=True)
+        self.thread.start()
+        with tf.compat.v1.Session(self.workers[0].target, graph=graph) as raw:
+            while raw.run(applied) < 1:  # its push has reached the PS: it waits
                 pass
-            # The chief dies: its update's pending take is cancelled (it
-            # queues before ours); nothing is closed on the PS.
-            chief_hook.chief_update_session.close()
-            raw.run(take_v0)
+
+    def other_step(self):
+        self.other.run(self.built[1][2])
+
+
+def test_chief_back_after_dying_inside_its_update_trains_on():
+    with contextlib.ExitStack() as stack:
+        w = Waiting(stack)
+        # The chief dies inside its update: v0's accumulator has been taken,
+        # v1's not. (Run here as the dying chief's update would.) Its
+        # update's pending take is cancelled (it queues before ours);
+        # nothing is closed on the PS.
+        w.chief_hook.chief_update_session.close()
+        with tf.compat.v1.Session(w.workers[0].target, graph=w.chief_graph) as raw:
+            raw.run(w.take_v0)
         # The chief comes back as a new process would: a graph of its own
         # (same names, so the same variables, accumulators and token queue).
         graph, opt, train_op, step, _ = build_worker(0)
-        back, _ = session(graph, opt, workers[0].target, True)
+        back, _ = session(graph, opt, w.workers[0].target, True)
         stack.callback(back.close)
         assert back.run(step) == 1
+
         def worker_1_goes_on():
-            waiting.join(120)
-            assert not waiting.is_alive(), "worker 1 never got a token"
-            other.run(built[1][2])
+            w.thread.join(120)
+            assert not w.thread.is_alive(), "worker 1 never got a token"
+            w.other_step()
 
         in_threads(lambda: back.run(train_op), worker_1_goes_on)
         assert back.run(step) == 2
+
+
+def test_a_step_of_a_dead_session_still_waiting_takes_no_token_of_the_new_one():
+    """A worker's step can outlive its session on the PS: when its connection
+    dies without the PS seeing it (a link cut that ends in no reset), nothing
+    cancels its wait for a token there. Here that step is real: worker 1's
+    old session's step waits on the PS for its token and is left waiting,
+    while worker 1 comes back in a new process's graph and session. The
+    stale step must not take the token the new session needs (it took it,
+    and the new session waited forever: ps0 cut twice hung in CI)."""
+    with contextlib.ExitStack() as stack:
+        w = Waiting(stack)
+        stack.callback(w.chief.close)
+        graph, opt, train_op, step, _ = build_worker(1)
+        new, _ = session(graph, opt, w.workers[1].target, False)
+        stack.callback(new.close)
+        assert new.run(step) == 1
+        for _ in range(3):  # steps 1 -> 4 in lock-step, the stale step still there
+            in_threads(lambda: w.chief.run(w.chief_train), lambda: new.run(train_op))
+        assert w.chief.run(w.global_step) == 4

@@ -61,18 +61,13 @@ def _value_or_zeros(variable):
                    lambda: tf.zeros(variable.shape, variable.dtype.base_dtype))
 
 
-def worker_index(host):
-    spec = tf.DeviceSpec.from_string(host or "")
-    return spec.task if spec.task is not None else 0
-
-
 class Residuals:
     """The PS copies of every worker's push memory and the ops around them."""
 
     def __init__(self, shared, entries):
         gs, config = shared.global_step, shared.config
         self.num_workers = config.total_num_replicas
-        self.index = worker_index(shared.worker_host)
+        self.index = state.worker_index(shared.worker_host)
         self.memories = [(e, m) for e in entries for m in (e.push_memory or [])]
         self.shadows = [e.shadow for e in entries if e.shadow is not None]
         self.restored = None  # set by Saver.restore in the chief: (path, loaded, missing)

@@ -20,7 +20,12 @@ class SessionOps:
         self.step_op_names = {train_op.op.name, needs_full_sync.op.name, version_after_step.op.name}
         # The hook's: it initialises the rest itself (recovery, full sync,
         # residual load) around them.
-        self.hook_local_init_op = shared.local_step.assign(gs.read_value())
+        # A new session counts itself first: a step of an older session still
+        # waiting on the PS gives back any token it gets (worker_step.take_token).
+        session_counted = ([] if shared.worker_index is None
+                           else [shared.server.count_start(shared.worker_index)])
+        with tf.control_dependencies(session_counted):
+            self.hook_local_init_op = shared.local_step.assign(gs.read_value())
         with tf.device(gs.device):
             self._gs_value = gs.read_value()
         self.residuals = Residuals(shared, entries)
@@ -53,7 +58,7 @@ class SessionOps:
             self.chief_init_op = tf.group(
                 _model_into_local_copies(shared, entries, wait_for_chief=False),
                 name="tlc_chief_init")
-        with tf.control_dependencies([own_state]):
+        with tf.control_dependencies([own_state] + session_counted):
             self.local_step_init_op = tf.group(
                 _model_into_local_copies(shared, entries, wait_for_chief=True),
                 worker.is_chief.assign(False, read_value=False), name="tlc_local_step_init")

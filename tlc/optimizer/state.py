@@ -66,11 +66,17 @@ def ensure_initialized(variable, value=None):
                            value() if value else variable.initial_value, read_value=False)))
 
 
+def worker_index(host):
+    spec = tf.DeviceSpec.from_string(host or "")
+    return spec.task if spec.task is not None else 0
+
+
 class ServerState:
     """Counters on the global step's PS."""
 
-    def __init__(self, global_step):
+    def __init__(self, global_step, num_workers):
         dtype = global_step.dtype.base_dtype
+        self.num_workers = num_workers
         with tf.device(global_step.device), tf.name_scope(""):
             # Steps whose pull deltas have started (== global_step when idle):
             # lets a full-precision resync detect a concurrent update.
@@ -84,13 +90,28 @@ class ServerState:
             # while an update is inside; a chief that finds it > 0 at start died
             # in its update, and the workers it would have released wait.
             self.takes_in_update = server_variable([], tf.int64, "tlc_takes_in_update")
+            # Per worker: its steps and sessions started, counted on the PS
+            # (see worker_step.take_token).
+            self.steps_started = server_variable([num_workers], tf.int64, "tlc_steps_started")
             self.token_queue = tf.queue.FIFOQueue(
                 -1, dtype, shapes=(), name="sync_token_q", shared_name="sync_token_q")
 
     @property
     def variables(self):
         return [self.pull_begin, self.pull_compressions, self.shadow_ready,
-                self.update_seconds, self.takes_in_update]
+                self.update_seconds, self.takes_in_update, self.steps_started]
+
+    def count_start(self, index):
+        """Counts a step or a session of worker `index` (made first if the
+        chief has not yet); returns the count after it."""
+        with tf.device(self.steps_started.device):
+            with tf.control_dependencies([ensure_initialized(self.steps_started)]):
+                added = tf.raw_ops.ResourceScatterAdd(
+                    resource=self.steps_started.handle, indices=tf.constant([index]),
+                    updates=tf.constant([1], tf.int64))
+            # Read after the add (a gather of scatter_add's result would not wait for it).
+            with tf.control_dependencies([added]):
+                return tf.gather(self.steps_started.read_value(), index)
 
 
 class WorkerState:
@@ -131,5 +152,8 @@ class Shared:
         self.global_step = global_step
         self.local_step = local_step
         self.worker_host = worker_host
-        self.server = ServerState(global_step)
+        # None for a task beyond total_num_replicas (it has no count of its own).
+        index = worker_index(worker_host)
+        self.worker_index = index if index < config.total_num_replicas else None
+        self.server = ServerState(global_step, config.total_num_replicas)
         self.worker = WorkerState(worker_host, float32_bytes_per_step)

@@ -30,8 +30,7 @@ def build(shared, channels, grads, variable_averages, variables_to_average):
     runner = aggregation.build_update(shared, channels, aggregated, variable_averages,
                                       variables_to_average)
     with tf.device(gs.device), tf.name_scope(""), tf.control_dependencies(None):
-        with tf.control_dependencies(push_ops):
-            token = shared.server.token_queue.dequeue()
+        token = take_token(shared, push_ops)
         with tf.control_dependencies([token]):
             server_version = tf.cast(gs.read_value(), tf.int64)
     replies = [replay.build_reply(shared, c, c.worker_version, server_version,
@@ -72,6 +71,35 @@ def build(shared, channels, grads, variable_averages, variables_to_average):
     return Step(train_op=train_op, chief_queue_runner=runner, needs_full_sync=needs_full_sync,
                 version_after_step=version_after_step, local_version=local_version,
                 traffic={"pushed": push_bytes, "pulled": pulled})
+
+
+def take_token(shared, push_ops):
+    """This step's token, after its pushes (on the global step's PS).
+
+    A step of an earlier session of this worker may still wait on the PS for
+    a token: when its connection died without the PS seeing it (a link cut
+    that ends in no reset), nothing cancels it, and it would take the token
+    this worker's new session waits for, which then waits forever. So each
+    step and each session of the worker is counted on the PS
+    (ServerState.count_start; the session's count comes before its model
+    copy); a step that gets a token when its count is no longer the newest
+    puts the token back for the newer one. Only PS-side ops: no extra
+    tensor crosses the network."""
+    server, index = shared.server, shared.worker_index
+    with tf.control_dependencies(push_ops):
+        if index is None:
+            return server.token_queue.dequeue()
+        mine = server.count_start(index)
+    with tf.control_dependencies([mine]):
+        token = server.token_queue.dequeue()
+    with tf.control_dependencies([token]):
+        newest = tf.equal(tf.gather(server.steps_started.read_value(), index), mine)
+    return tf.cond(newest, lambda: tf.identity(token), lambda: _give_back(server, token))
+
+
+def _give_back(server, token):
+    with tf.control_dependencies([server.token_queue.enqueue(token)]):
+        return tf.identity(token)
 
 
 def _values(grad):
