@@ -337,65 +337,64 @@ TLC_AVX2 int64_t QuantizeBlocksAvx2(const float* x, const float* e, float* e_out
 // Zero-run bytes for a run of k quiet groups: ceil(k / 14).
 TLC_ALWAYS_INLINE int64_t RunBytes(int64_t k) { return (k + kLongRun - 1) / kLongRun; }
 
+// Calls word(g, valid) for every 64-group word of the slices' group masks,
+// in order; valid: how many of its groups exist (64 but in a slice's last word).
+template <typename Word>
+TLC_ALWAYS_INLINE void ForEachGroupWord(const SliceBits* slices, int64_t count, Word word) {
+  for (int64_t s = 0; s < count; ++s) {
+    const uint64_t* grp = slices[s].grp();
+    const int64_t groups = slices[s].groups();
+    for (int64_t w = 0; w << 6 < groups; ++w) {
+      word(grp[w], static_cast<int>(std::min<int64_t>(64, groups - (w << 6))));
+    }
+  }
+}
+
 // Size from the group masks, a word (64 groups) at a time: each non-zero
 // group is one literal byte, each run of quiet groups between them takes
 // ceil(length / 14) bytes, which is 1 for the runs inside a word unless one
 // is 15 long or more.
 TLC_ALWAYS_INLINE int64_t ZeroRunSizeImpl(const SliceBits* slices, int64_t count) {
   int64_t size = 0, run = 0;  // run: quiet groups since the last non-zero one
-  for (int64_t s = 0; s < count; ++s) {
-    const SliceBits& sl = slices[s];
-    const uint64_t* grp = sl.grp();
-    const int64_t groups = sl.groups();
-    for (int64_t w = 0; w << 6 < groups; ++w) {
-      const uint64_t g = grp[w];
-      const int valid = static_cast<int>(std::min<int64_t>(64, groups - (w << 6)));
-      if (g == 0) {
-        run += valid;
-        continue;
-      }
-      const int first = Ctz64(g), last = 63 - Clz64(g);
-      size += RunBytes(run + first) + PopCount64(g);
-      if (last > first + 1) {
-        // Quiet groups strictly between the first and last non-zero ones.
-        const uint64_t inside = ~g & ((uint64_t{2} << last) - 1) & (~uint64_t{0} << (first + 1));
-        uint64_t long_run = inside & (inside >> 1);
-        long_run &= long_run >> 2;
-        long_run &= long_run >> 4;
-        long_run &= long_run >> 7;  // bit i: groups i .. i + 14 all quiet
-        if (long_run == 0) {
-          size += PopCount64(inside & (g << 1));  // one byte per run
-        } else {
-          uint64_t rest = g & (g - 1);
-          for (int prev = first; rest != 0; rest &= rest - 1) {
-            const int t = Ctz64(rest);
-            size += RunBytes(t - prev - 1);
-            prev = t;
-          }
+  ForEachGroupWord(slices, count, [&](const uint64_t g, const int valid) {
+    if (g == 0) {
+      run += valid;
+      return;
+    }
+    const int first = Ctz64(g), last = 63 - Clz64(g);
+    size += RunBytes(run + first) + PopCount64(g);
+    if (last > first + 1) {
+      // Quiet groups strictly between the first and last non-zero ones.
+      const uint64_t inside = ~g & ((uint64_t{2} << last) - 1) & (~uint64_t{0} << (first + 1));
+      uint64_t long_run = inside & (inside >> 1);
+      long_run &= long_run >> 2;
+      long_run &= long_run >> 4;
+      long_run &= long_run >> 7;  // bit i: groups i .. i + 14 all quiet
+      if (long_run == 0) {
+        size += PopCount64(inside & (g << 1));  // one byte per run
+      } else {
+        uint64_t rest = g & (g - 1);
+        for (int prev = first; rest != 0; rest &= rest - 1) {
+          const int t = Ctz64(rest);
+          size += RunBytes(t - prev - 1);
+          prev = t;
         }
       }
-      run = valid - 1 - last;
     }
-  }
+    run = valid - 1 - last;
+  });
   return size + RunBytes(run);
 }
 
 TLC_ALWAYS_INLINE int64_t ZeroRunLowerBoundImpl(const SliceBits* slices, int64_t count) {
   int64_t size = 0;
   uint64_t prev = 1;  // whether the group before was non-zero (a virtual one before the first)
-  for (int64_t s = 0; s < count; ++s) {
-    const SliceBits& sl = slices[s];
-    const uint64_t* grp = sl.grp();
-    const int64_t groups = sl.groups();
-    for (int64_t w = 0; w << 6 < groups; ++w) {
-      const uint64_t g = grp[w];
-      const int valid = static_cast<int>(std::min<int64_t>(64, groups - (w << 6)));
-      const uint64_t in = valid == 64 ? ~uint64_t{0} : (uint64_t{1} << valid) - 1;
-      // Literal bytes, then the quiet groups that follow a non-zero one (run starts).
-      size += PopCount64(g) + PopCount64(~g & in & ((g << 1) | prev));
-      prev = (g >> (valid - 1)) & 1;
-    }
-  }
+  ForEachGroupWord(slices, count, [&](const uint64_t g, const int valid) {
+    const uint64_t in = valid == 64 ? ~uint64_t{0} : (uint64_t{1} << valid) - 1;
+    // Literal bytes, then the quiet groups that follow a non-zero one (run starts).
+    size += PopCount64(g) + PopCount64(~g & in & ((g << 1) | prev));
+    prev = (g >> (valid - 1)) & 1;
+  });
   return size;
 }
 

@@ -76,7 +76,6 @@ class ServerState:
 
     def __init__(self, global_step, num_workers):
         dtype = global_step.dtype.base_dtype
-        self.num_workers = num_workers
         with tf.device(global_step.device), tf.name_scope(""):
             # Steps whose pull deltas have started (== global_step when idle):
             # lets a full-precision resync detect a concurrent update.
