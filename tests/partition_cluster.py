@@ -136,12 +136,13 @@ class NetCluster:
         return [int(s) for s in re.findall(r"^step\s+(\d+)/", self.logs("worker", 0), re.M)]
 
     def wait_step(self, step, timeout):
-        wait_for(lambda: self.chief_step() >= step or self._dead_worker(), timeout,
+        wait_for(lambda: self.chief_step() >= step or self.failed_worker(), timeout,
                  f"the chief to print step {step}")
-        dead = self._dead_worker()
+        dead = self.failed_worker()
         assert not dead, f"{dead} exited early:\n{self.tail(*dead)}"
 
-    def _dead_worker(self):
+    def failed_worker(self):
+        """A worker that exited with an error, as (job, index), or None."""
         for (job, index), proc in self.launcher.procs.items():
             if job == "worker" and proc.poll() not in (None, 0):
                 return (job, index)

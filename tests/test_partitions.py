@@ -1,7 +1,8 @@
 """Partitions and server restarts with real processes, each task in a network
-namespace of its own (tests/partition_cluster.py): a parameter server or the
-chief cut off for 30 s, one PS of 2 killed and restarted, every PS of 3
-killed and restarted one after another (no checkpoint to fall back on).
+namespace of its own (tests/partition_cluster.py): ps0 cut off twice (for
+30 s, then 2 minutes), the chief and a worker cut off for 2 minutes, one PS
+of 2 killed and restarted, every PS of 3 killed and restarted one after
+another (no checkpoint to fall back on).
 Training must reach its last step with no step lost and every worker's
 compressed local copies equal to the server's shadows.
 
@@ -20,7 +21,9 @@ FLAGS = [f"--flagfile={ROOT}/configs/fashion_mnist.cfg", f"--flagfile={ROOT}/con
          # No checkpoint during the run: a restarted PS gets its model back
          # from the chief's local copy, not from disk.
          "--checkpoint_secs=100000"]
+# Outages from 30 s to 2 minutes are ordinary on the links tlc is for.
 CUT_SECONDS = 30
+LONG_CUT_SECONDS = 120
 TIMEOUT = 600  # bounds a failure only
 
 pytestmark = [pytest.mark.root, pytest.mark.slow,
@@ -34,6 +37,8 @@ def check_run(c, timeout=TIMEOUT):
     print("events:", c.events)
     bad = {f"{job}{i}": code for (job, i), code in codes.items() if code != 0}
     assert not bad, f"tasks failed: {bad}\n{c.all_tails()}"
+    print("summary:", {k: summary.get(k) for k in ("ok", "global_step", "worker_steps",
+                                                    "pull_compressions")})
     assert summary["ok"], summary
     assert summary["global_step"] == STEPS
     for index in range(c.num_workers):
@@ -63,27 +68,23 @@ def restored_steps(c):
                                        c.logs("worker", 0))]
 
 
-# Known open failure (issue 22 point 1): in CI (2 busy cores) the job hung
-# after the second cut: the chief re-created its session, printed step 85 and
-# no task made progress for 600 s. It passed in earlier runs; the hang is not
-# understood yet, so the test runs and reports instead of failing CI.
-@pytest.mark.xfail(reason="hangs after the second cut of ps0 in some runs (open)", strict=False)
 def test_ps0_cut_off_twice(tmp_path):
     with NetCluster(tmp_path, 1, 2, FLAGS) as c:
-        for at in (30, 75):
+        for at, seconds in ((30, CUT_SECONDS), (75, LONG_CUT_SECONDS)):
             c.wait_step(at, TIMEOUT)
             c.cut("ps", 0)
-            _hold(c, CUT_SECONDS)
+            _hold(c, seconds)
             c.heal("ps", 0)
         check_run(c)
 
 
-def test_chief_cut_off(tmp_path):
+@pytest.mark.parametrize("worker", [0, 1], ids=["chief", "worker1"])
+def test_worker_cut_off_for_two_minutes(tmp_path, worker):
     with NetCluster(tmp_path, 1, 2, FLAGS) as c:
         c.wait_step(30, TIMEOUT)
-        c.cut("worker", 0)
-        _hold(c, CUT_SECONDS)
-        c.heal("worker", 0)
+        c.cut("worker", worker)
+        _hold(c, LONG_CUT_SECONDS)
+        c.heal("worker", worker)
         check_run(c)
 
 
@@ -117,6 +118,6 @@ def _hold(c, seconds):
     duration, not something to wait on."""
     end = time.time() + seconds
     while time.time() < end:
-        dead = c._dead_worker()  # pylint: disable=protected-access
+        dead = c.failed_worker()
         assert not dead, f"{dead} exited during the cut:\n{c.tail(*dead)}"
         time.sleep(0.5)
