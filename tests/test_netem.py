@@ -316,8 +316,12 @@ def test_close_leaves_others_alone():
     assert not ours(first) & set(netem.namespaces())
 
 
+# The child takes SIGINT as a program started from a terminal does: started
+# from a background job (`scripts/test_busy.sh &`) it would inherit SIGINT
+# ignored, keep ignoring it (as SlowNetwork does by design) and outlive the test.
 CHILD = r"""
-import json, os, sys, time
+import json, os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, sys.argv[1])
 from testbed import netem
 with netem.SlowNetwork(2, rate="10mbit") as net:
