@@ -88,7 +88,7 @@ def run_worker(args):
         opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5), 2, 2,
                                     compressor=compressors.create(args.compressor))
         train = opt.minimize(loss, global_step=gs)
-    payload = list(opt._built.entries[0].push_payload)  # pylint: disable=protected-access
+    payload = list(next(iter(opt.variables_built.values())).push_parts)
     rng = np.random.default_rng(args.index)
     config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", device])
     with training_session(server.target, args.index == 0,

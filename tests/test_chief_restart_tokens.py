@@ -34,7 +34,7 @@ def build_worker(worker_id):
             opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),
                                         NUM_WORKERS, NUM_WORKERS, compressor=Float32())
             train_op = opt.apply_gradients(zip(grads, [var_0, var_1]), global_step=global_step)
-        accumulator = opt._built.entries[0].accumulator  # pylint: disable=protected-access
+        accumulator = opt.variables_built["v0"].accumulator
         # What a chief's update does first: take v0's gradients.
         # ...and counts the take, as the update does (how a restarted chief
         # knows that the update died inside).

@@ -319,8 +319,9 @@ def test_push_decode_uses_it_for_3lc_only():
             shared.config = config
             x = tf.constant(np.linspace(-1, 1, 3000, dtype=np.float32))
             parts = compressor.compress(x)
-            op, aggregated = push.decode(shared, entry, list(parts), tf.constant(0, tf.int64))
-            assert isinstance(entry.accumulator, kind)
+            decoded = push.decode(shared, entry, list(parts), tf.constant(0, tf.int64))
+            op, aggregated = decoded.op, decoded.aggregated
+            assert isinstance(decoded.accumulator, kind)
             assert aggregated.shape == (3000,)
             with tf.compat.v1.Session() as sess:
                 sess.run(tf.compat.v1.global_variables_initializer())

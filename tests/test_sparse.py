@@ -224,21 +224,22 @@ def test_malformed_sparse_pushes_fail_naming_the_tensor(compressor):
             opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0), 1,
                                         compressor=compressor, compress_threshold=0)
             opt.minimize(loss, global_step=gs)
-        entry, = opt._built.entries  # pylint: disable=protected-access
+        built, = opt.variables_built.values()
+        entry = built.entry
         # The PS half of the optimizer's push, fed from placeholders of any
         # shape (what a hostile peer can send; the graph's own payload
         # tensors have static shapes the client would refuse to feed).
-        fed = [tf.compat.v1.placeholder(t.dtype) for t in entry.push_payload]
+        fed = [tf.compat.v1.placeholder(t.dtype) for t in built.push_parts]
         with tf.device("/job:ps/task:0"), tf.name_scope("tlc_decode_push/hostile_table"):
             indices, values = sparse.decode_rows(entry, fed, opt.compressor)
-            push = entry.accumulator.apply_grad(indices, values, grad_shape=[500, 8],
+            push = built.accumulator.apply_grad(indices, values, grad_shape=[500, 8],
                                                 local_step=0)
-        count = entry.accumulator.num_accumulated()
+        count = built.accumulator.num_accumulated()
         init = [tf.compat.v1.global_variables_initializer(),
                 tf.compat.v1.local_variables_initializer()]
     with tf.compat.v1.Session(servers[1].target, graph=graph) as sess:
         sess.run(init)
-        good = sess.run(list(entry.push_payload))
+        good = sess.run(list(built.push_parts))
         code, order, rows = good[0], good[1], good[2:]
         hostile = {
             "empty index code": [np.zeros([0], np.uint8), order] + rows,

@@ -4,15 +4,17 @@ import tensorflow as tf
 from tensorflow.python.training import queue_runner  # pylint: disable=no-name-in-module
 
 from tlc.optimizer import pull_log, timing
+from tlc.optimizer.records import Update
 
 
 def _values(grad):
     return grad.values if isinstance(grad, tf.IndexedSlices) else grad
 
 
-def build_update(shared, channels, aggregated, variable_averages, variables_to_average):
-    """Returns the chief's queue runner."""
+def build_update(shared, channels, pushes, variable_averages, variables_to_average):
+    """pushes: each channel's records.ChannelPush. Returns records.Update."""
     gs, server, config = shared.global_step, shared.server, shared.config
+    aggregated = [pair for pushed in pushes for pair in pushed.aggregated]
     with tf.device(gs.device), tf.name_scope(""):
         taken = []
         for grad, _ in aggregated:
@@ -23,7 +25,9 @@ def build_update(shared, channels, aggregated, variable_averages, variables_to_a
             update_op = config.opt.apply_gradients(aggregated)
         with tf.control_dependencies([update_op]):
             step = server.pull_begin.assign_add(1)
-    pull_ops = [update_op] + [pull_log.build(shared, c, step) for c in channels if c.pulled]
+    logs = [pull_log.build(shared, c, p, step) if c.pulled else None
+            for c, p in zip(channels, pushes)]
+    pull_ops = [update_op] + [log.op for log in logs if log is not None]
     with tf.device(gs.device), tf.name_scope(""):
         stamps = [started, timing.stamp(gs.device, [update_op]), timing.stamp(gs.device, pull_ops)]
         timed = server.update_seconds.assign_add(tf.stack(timing.spans(stamps)), read_value=False)
@@ -37,10 +41,11 @@ def build_update(shared, channels, aggregated, variable_averages, variables_to_a
         if variable_averages is not None:
             with tf.control_dependencies([sync_op]):
                 sync_op = variable_averages.apply(variables_to_average)
-        return ChiefUpdateRunner(
+        runner = ChiefUpdateRunner(
             server.token_queue, [sync_op], close_op=tf.no_op(),
             cancel_op=server.token_queue.close(cancel_pending_enqueues=True),
             queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError))
+    return Update(runner, logs)
 
 
 # Errors of a connection or a session, not of the update itself.

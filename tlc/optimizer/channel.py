@@ -7,7 +7,7 @@ message). How the messages travel is wire.py; what goes in them is push.py,
 pull_log.py and replay.py."""
 import tensorflow as tf
 
-from tlc.optimizer import push, state, wire
+from tlc.optimizer import push, records, wire
 
 PUSH_HEAD = ("local_step", "local_version", "is_chief")
 
@@ -19,67 +19,50 @@ class Channel:
         self.device = device
         self.entries = entries
         # Pulled by the workers: local copies of trained or untrained variables.
-        self.pulled = [e for e in entries if e.has_local_copy and e.kind != "statistic"]
+        self.pulled = [e for e in entries if e.is_pulled]
         self.statistics = [e for e in entries if e.kind == "statistic"]
-        self.record_templates = {}  # entry name -> the tensors its pull record logs
+        # The pull log (not saved), keyed by step.
         self.log = None
-
-    def templates(self):
-        return [t for e in self.pulled for t in self.record_templates[e.name]]
-
-    def make_state(self):
-        """Shadows (saved: master - shadow is the pull's residual) and the
-        pull log (not saved)."""
-        for entry in self.pulled:
-            if entry.compressed:
-                # On its master's device, spelt the same: TF's sharded saver
-                # groups by that string (one shard per PS, as a stock job).
-                with tf.device(entry.master.device):
-                    entry.shadow = state.server_variable(
-                        entry.master.shape, entry.dtype, entry.name + "/tlc_shadow", saved=True)
-        with tf.device(self.device):
-            if self.pulled:
+        if self.pulled:
+            with tf.device(self.device):
                 self.log = _shared_table(
                     "tlc_pull_log_" + self.device.strip("/").replace("/", "_").replace(":", "_"))
 
     # -------------------------------------------------------------- push --
     def build_push(self, shared, grads):
-        """grads: {entry name: gradient}. Returns (push ops on the PS, the
-        averaged gradients, the message's header on the PS, payload bytes,
-        compress seconds)."""
+        """grads: {entry name: gradient}. Returns the channel's records.ChannelPush."""
         pushed = [e for e in self.entries if e.name in grads]
-        parts, sizes, nbytes, seconds = [], [], tf.constant(0, tf.int64), []
+        encoded, decoded = {}, {}
         with tf.device(shared.worker_host):
             worker = shared.worker
             head = tf.stack([tf.cast(shared.local_step.read_value(), tf.int64),
                              worker.local_version.read_value(),
                              tf.cast(worker.is_chief.read_value(), tf.int64)])
             for entry in pushed:
-                entry_parts, entry_bytes, entry_seconds = push.encode(shared, entry, grads[entry.name])
-                parts += entry_parts
-                sizes.append(len(entry_parts))
-                nbytes += entry_bytes
-                seconds += [entry_seconds] if entry_seconds is not None else []
+                encoded[entry.name] = push.encode(shared, entry, grads[entry.name])
             stats = [self._statistic_part(worker, e) for e in self.statistics]
-            templates = [head] + parts + stats
+            templates = [head] + [p for e in pushed for p in encoded[e.name].parts] + stats
             message = wire.pack(templates)
+            nbytes = tf.add_n([tf.constant(0, tf.int64)] + [x.nbytes for x in encoded.values()])
         # The PS side follows from the message alone: no control edges from
         # the worker's graph (e.g. UPDATE_OPS around minimize()) cross.
         with tf.device(self.device), tf.control_dependencies(None):
             received = wire.unpack(message, templates, f"push message to {self.device}")
             head, at = received[0], 1
-            local_step = tf.cast(head[0], shared.global_step.dtype.base_dtype)
             # The pushing worker's model version, as the PS reads it (for its reply).
-            self.worker_version = head[1]
-            push_ops, aggregated = [], []
-            for entry, n in zip(pushed, sizes):
-                op, average = push.decode(shared, entry, received[at:at + n], local_step)
+            worker_version = head[1]
+            local_step = tf.cast(head[0], shared.global_step.dtype.base_dtype)
+            for entry in pushed:
+                n = len(encoded[entry.name].parts)
+                decoded[entry.name] = push.decode(shared, entry, received[at:at + n], local_step)
                 at += n
-                push_ops.append(op)
-                aggregated.append((average, entry.master))
-            push_ops += [self._keep_statistic(e, v) for e, v in zip(self.statistics, received[at:])]
-        self.push_head = head
-        return push_ops, aggregated, nbytes, seconds
+            ops = [decoded[e.name].op for e in pushed]
+            ops += [self._keep_statistic(e, v) for e, v in zip(self.statistics, received[at:])]
+        return records.ChannelPush(
+            encoded=encoded, decoded=decoded, ops=ops, head=head,
+            worker_version=worker_version, nbytes=nbytes,
+            seconds=[x.seconds for x in encoded.values() if x.seconds is not None],
+            aggregated=[(decoded[e.name].aggregated, e.master) for e in pushed])
 
     @staticmethod
     def _statistic_part(worker, entry):

@@ -1,28 +1,31 @@
-"""What the optimizer builds for one variable."""
+"""What the layout decides for one variable. Everything later phases build
+for it (push payloads, accumulators, pull records) is in their own records
+(records.py); an Entry is complete when it is made and never changes."""
+import dataclasses
+
+import tensorflow as tf
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
 class Entry:
     """One variable: its local copy (what the worker's model reads), its
-    master (the PS copy the inner optimizer updates) and what is built for it.
+    master (the PS copy the inner optimizer updates) and how it travels.
 
     kind: "pushed" (has a gradient), "pulled" (a local copy without a
     gradient: kept equal to its master through the pull), "statistic" (a
     variable each worker keeps for itself, e.g. batch-norm moving averages;
-    the chief's copy is written to the master, the one saved and evaluated)."""
+    the chief's copy is written to the master, the one saved and evaluated).
+    sparse: the gradient is row-sparse (IndexedSlices).
+    pull_rows: the pull logs only the rows a step changed.
+    shadow: on the PS, what every worker holds (compressed pulls only)."""
 
-    def __init__(self, local, master, compressed, kind="pushed"):
-        self.local = local
-        self.master = master
-        self.compressed = compressed
-        self.kind = kind
-        self.shadow = None          # PS: what every worker holds
-        self.accumulator = None
-        self.aggregated = None      # PS: the averaged IndexedSlices (row-sparse gradients)
-        self.push_payload = None    # the tensors a push sends for this variable
-        self.push_memory = None     # worker: the push's error-feedback variables
-        self.pull_payload = None    # PS: the pull compression's output, once counted
-        self.sparse = False         # the gradient is row-sparse (IndexedSlices)
-        self.pull_rows = False      # the pull logs only the rows a step changed
+    local: tf.Variable
+    master: tf.Variable
+    compressed: bool
+    kind: str = "pushed"
+    sparse: bool = False
+    pull_rows: bool = False
+    shadow: tf.Variable = None
 
     @property
     def name(self):
@@ -31,6 +34,11 @@ class Entry:
     @property
     def has_local_copy(self):
         return self.local is not self.master
+
+    @property
+    def is_pulled(self):
+        """Workers pull it: a local copy of a trained or untrained variable."""
+        return self.has_local_copy and self.kind != "statistic"
 
     @property
     def num_elements(self):

@@ -1,8 +1,10 @@
 """Which variables the optimizer handles, and which parameter server each is on."""
+import dataclasses
+
 import tensorflow as tf
 
 from tlc import replica
-from tlc.optimizer import sparse
+from tlc.optimizer import sparse, state
 from tlc.optimizer.channel import Channel
 from tlc.optimizer.entry import Entry
 
@@ -25,9 +27,9 @@ def entries(config, grads_and_vars):
         if isinstance(grad, tf.IndexedSlices) and dtype != tf.float32:
             raise ValueError(f"tlc: variable {master.name} has a sparse (IndexedSlices) "
                              f"gradient of {dtype.name}; sparse pushes are float32 only")
-        entry = Entry(var, master, master.shape.num_elements() >= config.compress_threshold)
-        entry.sparse = isinstance(grad, tf.IndexedSlices)
-        entry.pull_rows = sparse.pulls_rows(config, entry)
+        entry = Entry(var, master, master.shape.num_elements() >= config.compress_threshold,
+                      sparse=isinstance(grad, tf.IndexedSlices))
+        entry = dataclasses.replace(entry, pull_rows=sparse.pulls_rows(config, entry))
         found.append(entry)
         grads[entry.name] = grad
     if not found:
@@ -40,7 +42,19 @@ def entries(config, grads_and_vars):
         kind = "statistic" if replica.is_statistic(local) else "pulled"
         compressed = kind == "pulled" and master.shape.num_elements() >= config.compress_threshold
         found.append(Entry(local, master, compressed, kind))
-    return found, grads
+    return [_with_shadow(e) for e in found], grads
+
+
+def _with_shadow(entry):
+    """A compressed pull keeps a shadow on the PS (saved: master - shadow is
+    the pull's residual), on its master's device spelt the same: TF's
+    sharded saver groups by that string (one shard per PS, as a stock job)."""
+    if not (entry.compressed and entry.is_pulled):
+        return entry
+    with tf.device(entry.master.device):
+        shadow = state.server_variable(entry.master.shape, entry.dtype,
+                                       entry.name + "/tlc_shadow", saved=True)
+    return dataclasses.replace(entry, shadow=shadow)
 
 
 def channels(all_entries, global_step):
@@ -48,7 +62,4 @@ def channels(all_entries, global_step):
     by_server = {replica.host_device(global_step.device): []}
     for entry in all_entries:
         by_server.setdefault(replica.host_device(entry.master.device), []).append(entry)
-    made = [Channel(device, members) for device, members in by_server.items()]
-    for channel in made:
-        channel.make_state()
-    return made
+    return [Channel(device, members) for device, members in by_server.items()]

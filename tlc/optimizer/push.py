@@ -9,38 +9,37 @@ import tensorflow as tf
 from tlc import ops
 from tlc.compressors import ThreeLC, payload_bytes
 from tlc.optimizer import residuals, sparse, timing
+from tlc.optimizer.records import Decoded, Encoded
 
 
 def encode(shared, entry, grad):
-    """Worker side for one variable: (parts, payload bytes, compress seconds or None)."""
+    """Worker side for one variable: its records.Encoded."""
     config = shared.config
     if isinstance(grad, tf.IndexedSlices):  # rows stay rows (sparse.py)
         before = set(v.ref() for v in tf.compat.v1.local_variables())
         with tf.name_scope(f"tlc_encode_push/{entry.name}"):
             parts = sparse.encode_rows(entry, grad, sparse.rows_compressor(config, entry))
         # The row error buffer, if the compressor keeps one (checkpointed).
-        entry.push_memory = [v for v in tf.compat.v1.local_variables()
-                             if v.ref() not in before and v.dtype.base_dtype.is_floating]
-        entry.push_payload = parts
-        return list(parts), payload_bytes(parts), None
+        memory = [v for v in tf.compat.v1.local_variables()
+                  if v.ref() not in before and v.dtype.base_dtype.is_floating]
+        return Encoded(list(parts), payload_bytes(parts), memory=memory)
     if entry.compressed:
         memory = config.compressor.make_memory(entry.num_elements, entry.name + "/tlc_push_memory")
-        entry.push_memory = residuals.memory_variables(memory)
         with tf.name_scope(f"tlc_encode_push/{entry.name}"):
             flat = tf.cast(tf.reshape(grad, [-1]), config.compressor.wire_dtype(entry.dtype))
             payload = list(config.compressor.compress(flat, memory))
         seconds = timing.stamp(shared.worker_host, payload) - timing.stamp(shared.worker_host, [flat])
-        entry.push_payload = payload
-        return payload, payload_bytes(payload), seconds
+        return Encoded(payload, payload_bytes(payload), seconds,
+                       residuals.memory_variables(memory))
     with tf.name_scope(f"tlc_encode_push/{entry.name}"):  # the error names the variable
         grad = tf.debugging.check_numerics(grad, "non-finite value in an uncompressed gradient")
-    entry.push_payload = [grad]
-    return [grad], tf.constant(entry.dtype.size * entry.num_elements, tf.int64), None
+    return Encoded([grad], tf.constant(entry.dtype.size * entry.num_elements, tf.int64))
 
 
 def decode(shared, entry, parts, local_step):
-    """PS side for one variable: its parts into its accumulator. Returns the
-    push op and the averaged gradient the chief's update takes."""
+    """PS side for one variable: its parts into its accumulator. Returns its
+    records.Decoded (the push op, the averaged gradient the chief's update
+    takes, the accumulator)."""
     config, master = shared.config, entry.master
     if entry.sparse:
         compressor = sparse.rows_compressor(config, entry)
@@ -50,9 +49,7 @@ def decode(shared, entry, parts, local_step):
             tf.float32, shape=master.shape, shared_name=master.name + "/grad_accum")
         push = accum.apply_grad(indices, values, grad_shape=master.shape.as_list(),
                                 local_step=local_step)
-        entry.accumulator = accum
-        entry.aggregated = accum.take_indexed_slices_grad(config.replicas_to_aggregate)
-        return push, entry.aggregated
+        return Decoded(push, accum.take_indexed_slices_grad(config.replicas_to_aggregate), accum)
     if entry.compressed and adds_compressed(config, entry):
         # Each push is added straight from its 3LC stream (no dense decoded
         # copy); same result, bit for bit, as decompressing into TF's
@@ -63,8 +60,7 @@ def decode(shared, entry, parts, local_step):
                                           shared_name=master.name + "/tlc_grad_accum")
         with tf.name_scope(f"tlc_decode_push/{entry.name}"):
             push = accum.apply_grad(parts, local_step=local_step)
-        entry.accumulator = accum
-        return push, accum.take_grad(config.replicas_to_aggregate)
+        return Decoded(push, accum.take_grad(config.replicas_to_aggregate), accum)
     if entry.compressed:
         # Other compressors (and 3LC of non-float32 variables) decode into a
         # dense tensor for TF's accumulator, as before.
@@ -80,8 +76,8 @@ def decode(shared, entry, parts, local_step):
     accum = tf.compat.v1.ConditionalAccumulator(summed, shape=master.shape,
                                                 shared_name=master.name + "/grad_accum")
     push = accum.apply_grad(tf.cast(grad, summed), local_step=local_step)
-    entry.accumulator = accum
-    return push, tf.cast(accum.take_grad(config.replicas_to_aggregate), entry.dtype)
+    return Decoded(push, tf.cast(accum.take_grad(config.replicas_to_aggregate), entry.dtype),
+                   accum)
 
 
 def adds_compressed(config, entry):

@@ -35,9 +35,10 @@ def read_reply(reply):
     return dict(zip(HEAD, tf.unstack(head))), seconds, reply[2:]
 
 
-def replay(shared, channel, rows, steps):
+def replay(shared, channel, logged, rows, steps):
     """Applies the first `steps` logged messages to the channel's local copies.
-    Returns the assign ops."""
+    logged: the channel's records.PullLog (what its messages hold). Returns
+    the assign ops."""
     entries = channel.pulled
     if not entries:
         return []
@@ -45,11 +46,11 @@ def replay(shared, channel, rows, steps):
     what = f"pull message of {channel.device}"
 
     def apply_row(values, row):
-        parts = wire.unpack(wire.from_row(row), channel.templates(), what)
+        parts = wire.unpack(wire.from_row(row), logged.templates(entries), what)
         out, scattered, at = [], [], 0
         values = dict(zip([e.name for e in dense], values))
         for entry in entries:
-            n = len(channel.record_templates[entry.name])
+            n = len(logged.records[entry.name])
             record, at = parts[at:at + n], at + n
             if entry.pull_rows:
                 scattered.append(sparse.apply_rows_record(shared.config, entry, record))

@@ -64,11 +64,12 @@ def _value_or_zeros(variable):
 class Residuals:
     """The PS copies of every worker's push memory and the ops around them."""
 
-    def __init__(self, shared, entries):
+    def __init__(self, shared, entries, memories):
+        """memories: [(entry, push memory variable)] the push built."""
         gs, config = shared.global_step, shared.config
         self.num_workers = config.total_num_replicas
         self.index = state.worker_index(shared.worker_host)
-        self.memories = [(e, m) for e in entries for m in (e.push_memory or [])]
+        self.memories = list(memories)
         self.shadows = [e.shadow for e in entries if e.shadow is not None]
         self.restored = None  # set by Saver.restore in the chief: (path, loaded, missing)
         # Chief: the global step at which every copy was last current (the

@@ -142,11 +142,12 @@ def decode_rows(entry, payload, compressor):
 
 
 # ----------------------------------------------------------------- pull --
-def pull_rows_record(config, entry, count_compression):
+def pull_rows_record(config, entry, changed_rows, count_compression):
     """PS, after the update: (record parts, shadow update) for the rows this
-    step changed: their index code and compressed (master - shadow)."""
+    step changed (changed_rows: the averaged gradient's indices): their
+    index code and compressed (master - shadow)."""
     master = entry.master
-    rows = sorted_unique(tf.cast(entry.aggregated.indices, tf.int64))
+    rows = sorted_unique(tf.cast(changed_rows, tf.int64))
     delta = tf.gather(master, rows) - tf.gather(entry.shadow, rows)
     flat = tf.reshape(delta, [-1])
     compressor = row_pull_compressor(config)

@@ -9,15 +9,16 @@ from tlc.optimizer.residuals import Residuals
 
 
 class SessionOps:
-    def __init__(self, shared, entries, chief_queue_runner, needs_full_sync, version_after_step,
-                 train_op, made_local=()):
-        """made_local: the worker-local variables apply_gradients made (the
-        compressors' memories, the sparse pushes' row errors, tlc's own)."""
+    def __init__(self, shared, entries, step, train_op, made_local=()):
+        """step: the worker_step.Step built. made_local: the worker-local
+        variables apply_gradients made (the compressors' memories, the
+        sparse pushes' row errors, tlc's own)."""
         gs, server, worker = shared.global_step, shared.server, shared.worker
-        self.chief_queue_runner = chief_queue_runner
-        self.needs_full_sync = needs_full_sync
-        self.version_after_step = version_after_step
-        self.step_op_names = {train_op.op.name, needs_full_sync.op.name, version_after_step.op.name}
+        self.chief_queue_runner = step.chief_queue_runner
+        self.needs_full_sync = step.needs_full_sync
+        self.version_after_step = step.version_after_step
+        self.step_op_names = {train_op.op.name, step.needs_full_sync.op.name,
+                              step.version_after_step.op.name}
         # The hook's: it initialises the rest itself (recovery, full sync,
         # residual load) around them.
         # A new session counts itself first: a step of an older session still
@@ -28,7 +29,10 @@ class SessionOps:
             self.hook_local_init_op = shared.local_step.assign(gs.read_value())
         with tf.device(gs.device):
             self._gs_value = gs.read_value()
-        self.residuals = Residuals(shared, entries)
+        by_name = {e.name: e for e in entries}
+        memories = [(by_name[name], m) for pushed in step.pushes
+                    for name, encoded in pushed.encoded.items() for m in encoded.memory]
+        self.residuals = Residuals(shared, entries, memories)
         # TF's recipes without the hook (Supervisor, a plain Session) run only
         # chief_init_op / local_step_init_op: they also make this worker's
         # own state (counters, memories, local copies, version).
@@ -44,9 +48,11 @@ class SessionOps:
                           server.pull_begin.assign(gs.read_value(), read_value=False),
                           worker.is_chief.assign(True, read_value=False)]
             for entry in entries:
-                with tf.device(entry.master.device):
-                    if entry.accumulator is not None:
-                        chief_init.append(entry.accumulator.set_global_step(gs, name="SetGlobalStep"))
+                for pushed in step.pushes:
+                    if entry.name in pushed.decoded:
+                        with tf.device(entry.master.device):
+                            chief_init.append(pushed.decoded[entry.name].accumulator
+                                              .set_global_step(gs, name="SetGlobalStep"))
         with tf.control_dependencies(chief_init), tf.device(gs.device):
             marked = server.shadow_ready.assign(True, read_value=False)
         self.hook_chief_init_op = tf.group(*chief_init, marked)

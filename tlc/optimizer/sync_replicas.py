@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from tlc import replica
 from tlc.compressors import Compressor, Float32, ThreeLC, create
-from tlc.optimizer import layout, startup, timing, worker_step
+from tlc.optimizer import layout, records, startup, timing, worker_step
 from tlc.optimizer.full_sync import FullSync
 from tlc.optimizer.hook import SyncReplicasHook
 from tlc.optimizer.recovery import Recovery
@@ -251,6 +251,14 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
                 for e in self._require_applied("compressed_variables").entries if e.compressed]
 
     @property
+    def variables_built(self):
+        """{variable name: records.VariableView}: what apply_gradients built
+        for each variable (its entry, push parts and memory, accumulator,
+        pull payload). A read-only view for tests and debugging."""
+        built = self._require_applied("variables_built")
+        return records.variable_views(built.entries, built.step.pushes, built.step.update)
+
+    @property
     def channels(self):
         """One per parameter server: (PS device, names of the variables it holds)."""
         return [(c.device, [e.name for e in c.entries])
@@ -274,9 +282,7 @@ class _Built:
         self.step = step
         self.full_sync = FullSync(shared, entries)
         self.recovery = Recovery(shared, entries)
-        self.session_ops = SessionOps(shared, entries, step.chief_queue_runner,
-                                      step.needs_full_sync, step.version_after_step, train_op,
-                                      made_local)
+        self.session_ops = SessionOps(shared, entries, step, train_op, made_local)
 
     def for_recipe_without_hook(self):
         """The session ops, once the train op also resyncs a worker that fell

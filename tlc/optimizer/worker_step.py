@@ -1,41 +1,49 @@
 """A worker's step across its channels: push (one message per PS), the
 token, the replies (one message per PS), the replay, the bookkeeping; and the
 chief's update that releases the tokens."""
+import dataclasses
+from typing import Any, Dict, List
+
 import tensorflow as tf
 
-from tlc.optimizer import aggregation, replay, timing
+from tlc.optimizer import aggregation, records, replay, timing
 
 
+@dataclasses.dataclass(frozen=True)
 class Step:
-    """The tensors of a built step that the optimizer's API hands out."""
-
-    def __init__(self, **tensors):
-        self.__dict__.update(tensors)
+    """What a built step hands on: the tensors the optimizer's API gives
+    out and the records of the phases (for the session ops and the debug view)."""
+    train_op: Any
+    chief_queue_runner: Any
+    needs_full_sync: Any
+    version_after_step: Any
+    local_version: Any
+    traffic: Dict[str, Any]
+    pushes: List[records.ChannelPush]   # per channel
+    update: records.Update
 
 
 def build(shared, channels, grads, variable_averages, variables_to_average):
     gs, worker, host = shared.global_step, shared.worker, shared.worker_host
     started = timing.stamp(host)
     local_version = worker.local_version.read_value()
-    push_ops, aggregated, pushed, compress_seconds, ps_timing = [], [], [], [], []
-    for channel in channels:
-        ops, averages, nbytes, seconds = channel.build_push(shared, grads)
-        push_ops += ops
-        aggregated += averages
-        pushed.append(nbytes)
-        compress_seconds += seconds
+    pushes = [channel.build_push(shared, grads) for channel in channels]
+    push_ops = [op for pushed in pushes for op in pushed.ops]
+    compress_seconds = [s for pushed in pushes for s in pushed.seconds]
+    ps_timing = []
+    for channel, pushed in zip(channels, pushes):
         with tf.device(channel.device):
-            arrived = timing.stamp(channel.device, [channel.push_head])
-            ps_timing.append(timing.stamp(channel.device, ops) - arrived)
-    runner = aggregation.build_update(shared, channels, aggregated, variable_averages,
+            arrived = timing.stamp(channel.device, [pushed.head])
+            ps_timing.append(timing.stamp(channel.device, pushed.ops) - arrived)
+    update = aggregation.build_update(shared, channels, pushes, variable_averages,
                                       variables_to_average)
     with tf.device(gs.device), tf.name_scope(""), tf.control_dependencies(None):
         token = take_token(shared, push_ops)
         with tf.control_dependencies([token]):
             server_version = tf.cast(gs.read_value(), tf.int64)
-    replies = [replay.build_reply(shared, c, c.worker_version, server_version,
+    replies = [replay.build_reply(shared, c, p.worker_version, server_version,
                                   token if i == 0 else server_version, seconds)
-               for i, (c, seconds) in enumerate(zip(channels, ps_timing))]
+               for i, (c, p, seconds) in enumerate(zip(channels, pushes, ps_timing))]
     with tf.device(host):
         read = [replay.read_reply(r) for r in replies]
         heads = [h for h, _, _ in read]
@@ -43,10 +51,10 @@ def build(shared, channels, grads, variable_averages, variables_to_average):
         found = tf.reduce_all(tf.stack([tf.cast(h["found"], tf.bool) for h in heads]))
         steps = tf.where(found, heads[0]["count"], tf.zeros([], tf.int64))
         replayed, pulled = [], tf.constant(0, tf.int64)
-        for channel, (_, _, rows) in zip(channels, read):
-            replayed += replay.replay(shared, channel, rows, steps)
+        for channel, logged, (_, _, rows) in zip(channels, update.pull_logs, read):
+            replayed += replay.replay(shared, channel, logged, rows, steps)
             pulled += tf.reduce_sum(tf.cast(tf.strings.length(rows), tf.int64))
-        push_bytes = tf.add_n(pushed)
+        push_bytes = tf.add_n([pushed.nbytes for pushed in pushes])
         worker_stamps = [started, timing.stamp(host, [_values(g) for g in grads.values()]),
                          timing.stamp(host, [token]), timing.stamp(host, replayed)]
         compress = tf.add_n([tf.constant(0.0, tf.float64)] + compress_seconds)
@@ -68,9 +76,10 @@ def build(shared, channels, grads, variable_averages, variables_to_average):
     with tf.device(gs.device), tf.name_scope(""):
         with tf.control_dependencies([needs_full_sync, version_after_step]):
             train_op = shared.local_step.assign(tf.cast(token, gs.dtype.base_dtype))
-    return Step(train_op=train_op, chief_queue_runner=runner, needs_full_sync=needs_full_sync,
-                version_after_step=version_after_step, local_version=local_version,
-                traffic={"pushed": push_bytes, "pulled": pulled})
+    return Step(train_op=train_op, chief_queue_runner=update.runner,
+                needs_full_sync=needs_full_sync, version_after_step=version_after_step,
+                local_version=local_version, traffic={"pushed": push_bytes, "pulled": pulled},
+                pushes=pushes, update=update)
 
 
 def take_token(shared, push_ops):
