@@ -3,6 +3,7 @@ tokens at start and end, and the step's signals. The session hook and TF's
 own recipes (Supervisor, a plain Session) use only this object."""
 import tensorflow as tf
 
+from tlc import replica
 from tlc.optimizer import residuals as residuals_lib
 from tlc.optimizer import state
 from tlc.optimizer.residuals import Residuals
@@ -47,12 +48,15 @@ class SessionOps:
             chief_init = [self.hook_local_init_op,
                           server.pull_begin.assign(gs.read_value(), read_value=False),
                           worker.is_chief.assign(True, read_value=False)]
+            accumulators = {name: decoded.accumulator for pushed in step.pushes
+                            for name, decoded in pushed.decoded.items()}
             for entry in entries:
-                for pushed in step.pushes:
-                    if entry.name in pushed.decoded:
-                        with tf.device(entry.master.device):
-                            chief_init.append(pushed.decoded[entry.name].accumulator
-                                              .set_global_step(gs, name="SetGlobalStep"))
+                if entry.name in accumulators:
+                    # The PS's CPU (its only kernel): a master's device string
+                    # has no type, so a GPU worker_device would fill in GPU.
+                    with tf.device(replica.host_device(entry.master.device)):
+                        chief_init.append(accumulators[entry.name].set_global_step(
+                            gs, name="SetGlobalStep"))
         with tf.control_dependencies(chief_init), tf.device(gs.device):
             marked = server.shadow_ready.assign(True, read_value=False)
         self.hook_chief_init_op = tf.group(*chief_init, marked)
