@@ -20,7 +20,7 @@ CLUSTER = {
     "test_recovery", "test_scaling", "test_sparse", "test_stock_baseline",
     "test_sync_replicas_parity", "test_tf_config", "test_tf_sync_replicas_port",
     "test_traffic_hook", "test_watchdog", "test_residual_checkpoint", "test_bench_sparse",
-    "test_serve_until_done", "test_session_recipes",
+    "test_serve_until_done", "test_session_recipes", "test_readme_quickstart",
 }
 ROOT = {
     "test_autotune", "test_bench_mxnet", "test_bench_training", "test_cluster", "test_netem",

@@ -155,7 +155,7 @@ def test_variables_without_gradients_read_the_masters():
 def test_untrained_variable_written_on_the_ps_reaches_the_workers():
     """A master the optimizer does not train, written by the chief: TF's
     workers read the new value at once, tlc's with the next update's pull
-    (the README's differences table); from then on the same values."""
+    (docs/REFERENCE.md's differences table); from then on the same values."""
     expected = run_unused_model("tf", rounds=3, rewrite_at=1)
     got = run_unused_model("tlc", rounds=3, rewrite_at=1)
     for round_, (e, g) in enumerate(zip(expected, got)):

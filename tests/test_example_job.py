@@ -1,4 +1,4 @@
-"""examples/own_job.py, the README's own-job recipe, runs as written: 1 PS and
+"""examples/own_job.py, the complete form of README's quick start, runs as written: 1 PS and
 2 workers as separate processes on loopback, and every process exits within
 5 s of the last training step, using documented calls only."""
 import json

@@ -152,3 +152,8 @@ def test_local_step_placed_as_tf_places_it():
     theirs = build(lambda inner: v1.train.SyncReplicasOptimizer(
         inner, replicas_to_aggregate=2, total_num_replicas=2))
     assert spec(local_step_device(tlc_graph())) == spec(local_step_device(theirs)) == spec(GPU)
+    # Why GPU workers need soft placement whatever the optimizer (README):
+    # TF's own graph asks for a GPU on the PS, e.g. to read its variables.
+    on_ps_gpu = [op.name for op in theirs.get_operations()
+                 if (spec(op.device).job, spec(op.device).device_type) == ("ps", "GPU")]
+    assert "w1/Read/ReadVariableOp" in on_ps_gpu, on_ps_gpu
