@@ -21,6 +21,8 @@ precision. Tensors under `compress_threshold` elements are sent uncompressed.
 The pieces (each gets the shared state, state.Shared, explicitly):
   state.py         config, global/local step, PS and worker state
   layout.py        which variables, on which PS (entry.py: one variable)
+  records.py       what each build phase returns to the next (no object
+                   is finished later by another phase)
   channel.py       one PS: its push message and what the PS does with it
   wire.py          how a message travels (docs/FORMAT.md's step message)
   push.py          one variable's push: encode on the worker, decode on the PS
