@@ -1,44 +1,45 @@
-"""Markers by test file, so that a subset can be chosen with -m:
+"""Every tests/test_*.py says what kind of test it is at its top, e.g.
+`pytestmark = pytest.mark.unit` (a list for several kinds):
 
   unit     no processes of its own and no cluster: codec, ops, formats, flags
   cluster  starts TF servers or job processes (in-process or multi-process)
   root     needs network namespaces and tc (its tests skip unless root)
   slow     minutes each: builds, fuzzing, pip install, benchmark runs
 
+Collection stops at a file with no kind, or with `unit` beside another kind
+(a file left unmarked would otherwise be missing from every `-m` subset).
 `bash scripts/test.sh -m unit` runs the fast subset."""
 import os
 
 import pytest
 
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-CLUSTER = {
-    "test_autotune", "test_bad_flags", "test_bench_training", "test_channels",
-    "test_chief_restart_tokens", "test_cluster", "test_data", "test_drop_in",
-    "test_example_job", "test_fault_messages", "test_faults", "test_first_run",
-    "test_hostile_push", "test_partitions", "test_placement", "test_pull_compressions",
-    "test_recovery", "test_scaling", "test_sparse", "test_stock_baseline",
-    "test_sync_replicas_parity", "test_tf_config", "test_tf_sync_replicas_port",
-    "test_traffic_hook", "test_watchdog", "test_residual_checkpoint", "test_bench_sparse",
-    "test_serve_until_done", "test_session_recipes", "test_readme_quickstart",
-}
-ROOT = {
-    "test_autotune", "test_bench_mxnet", "test_bench_training", "test_cluster", "test_netem",
-    "test_partitions", "test_placement", "test_scaling",
-}
-SLOW = {
-    "test_build_and_fuzz", "test_install", "test_partitions", "test_scaling",
-    "test_bench_mxnet", "test_bench_training",
-}
+KINDS = ("unit", "cluster", "root", "slow")
 
 
+def file_kind_error(module):
+    """Why the test file `module` (a pytest.Module) is wrongly marked, or None."""
+    kinds = {mark.name for mark in module.own_markers if mark.name in KINDS}
+    if not kinds:
+        return (f"{module.nodeid}: no test kind marker; put `pytestmark = pytest.mark.unit` "
+                f"(or cluster / root / slow) at its top")
+    if "unit" in kinds and len(kinds) > 1:
+        others = "/".join(sorted(kinds - {"unit"}))
+        return f"{module.nodeid}: marked unit and {others}; unit is for files of no other kind"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects anything
 def pytest_collection_modifyitems(items):
+    checked = set()
     for item in items:
-        name = os.path.splitext(os.path.basename(str(item.fspath)))[0]
-        kinds = [kind for kind, files in (("cluster", CLUSTER), ("root", ROOT), ("slow", SLOW))
-                 if name in files]
-        for kind in kinds or ["unit"]:
-            item.add_marker(getattr(pytest.mark, kind))
+        module = item.getparent(pytest.Module)
+        if module is None or module.nodeid in checked:
+            continue
+        checked.add(module.nodeid)
+        error = file_kind_error(module)
+        if error:
+            raise pytest.UsageError(error)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,11 @@ the paired (same seed) delta with its standard error, from run summaries."""
 import json
 import os
 
+import pytest
+
 from benchmarks import accuracy_over_seeds as acc
+
+pytestmark = pytest.mark.unit
 
 
 def write(logdir, label, seed, accuracy):

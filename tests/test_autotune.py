@@ -18,6 +18,8 @@ from tlc.compressors.aqgb import LEVELS
 from tlc.controller import LevelController
 from tlc.job import autotune, launcher
 
+pytestmark = [pytest.mark.cluster, pytest.mark.root]
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

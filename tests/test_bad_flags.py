@@ -17,6 +17,8 @@ import pytest
 
 from tlc.job import flagcheck
 
+pytestmark = pytest.mark.cluster
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = ["--flagfile=configs/fashion_mnist.cfg", "--flagfile=configs/3lc_s1.00.cfg"]
 CLUSTER = '{"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}'

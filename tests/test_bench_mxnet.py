@@ -13,6 +13,8 @@ from benchmarks import bench_mxnet as bm
 from benchmarks import mxnet_task  # numpy only at import
 from testbed import netem
 
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
 
 def test_parse_jsonl_skips_blank_and_cut_lines():
     text = ('{"event": "start", "time": 1.0}\n\n{"step": 2, "time": 3.0}\n'

@@ -7,6 +7,8 @@ import pytest
 
 from testbed import netem
 
+pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow]
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

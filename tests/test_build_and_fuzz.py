@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DECODERS = ("decompress", "decompress_adaptive", "accumulate", "accumulate_adaptive",
             "unpack_base3", "zre_decode", "golomb_decode", "decompress_block", "accumulate_block",

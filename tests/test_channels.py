@@ -13,6 +13,8 @@ from local_cluster import create_local_cluster
 from tlc import SyncReplicasOptimizer, ThreeLC, replica
 from tlc.job import models
 
+pytestmark = pytest.mark.cluster
+
 
 def _build(model, worker_id, num_ps, replicas=2):
     """One worker's graph: the model under local copies, TF's placement."""

@@ -11,11 +11,14 @@ a hung test_recovery run in CI)."""
 import contextlib
 import threading
 
+import pytest
 import tensorflow as tf
 
 from local_cluster import create_local_cluster
 from tlc import Float32, SyncReplicasOptimizer, replica
 from tlc.session import training_session
+
+pytestmark = pytest.mark.cluster
 
 NUM_WORKERS = 2
 

@@ -9,6 +9,8 @@ import pytest
 
 from testbed import netem
 
+pytestmark = [pytest.mark.cluster, pytest.mark.root]
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -6,6 +6,8 @@ import pytest
 import format_reference as ref
 from tlc import codec
 
+pytestmark = pytest.mark.unit
+
 
 def gradient_like(n, seed=0, density=1.0):
     rng = np.random.default_rng(seed)

@@ -14,6 +14,8 @@ import pytest
 import format_reference as ref
 from tlc import codec
 
+pytestmark = pytest.mark.unit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = [1, 4, 5, 39, 40, 41, 63, 64, 65, 127, 128, 129, 319, 320, 321, 1000, 1001, 2563, 4099]
 

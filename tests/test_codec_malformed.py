@@ -7,6 +7,8 @@ import tensorflow as tf
 import format_reference as ref
 from tlc import codec, ops
 
+pytestmark = pytest.mark.unit
+
 N = 1000
 
 

@@ -1,12 +1,15 @@
 """Hypothesis: tlc.codec equals the reference on arbitrary inputs, round-trips, and its
 decoders accept exactly what the reference accepts (raising ValueError otherwise)."""
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import format_reference as ref
 from tlc import codec
+
+pytestmark = pytest.mark.unit
 
 SETTINGS = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

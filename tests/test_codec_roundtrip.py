@@ -4,6 +4,8 @@ import pytest
 
 from tlc import codec
 
+pytestmark = pytest.mark.unit
+
 ONE_BELOW_TWO = float(np.nextafter(np.float32(2), np.float32(0)))
 
 

@@ -11,6 +11,8 @@ import tensorflow as tf
 
 from tlc import codec, ops
 
+pytestmark = pytest.mark.unit
+
 N = 25_013  # not a multiple of the block size: a short last block
 BLOCK = 1000  # the shipped configuration: block scaling, adaptive
 CONFIGS = [dict(adaptive=True, block_size=BLOCK), dict(adaptive=False, block_size=0),

@@ -10,6 +10,8 @@ import tensorflow as tf
 from tlc import codec, compressors, moments
 from tlc.compressors import aqgb, baselines, sbc
 
+pytestmark = pytest.mark.unit
+
 N = 20_000
 ALL = compressors.names()
 PULLABLE = [name for name in ALL if compressors.create(name).supports_pull]

@@ -7,6 +7,8 @@ import pytest
 from tlc import controller
 from tlc.controller import LevelController, LinkModel, SparsityController, fit_link
 
+pytestmark = pytest.mark.unit
+
 MB = 1_000_000
 
 

@@ -10,6 +10,8 @@ import tensorflow as tf
 
 from tlc.job import data, models
 
+pytestmark = pytest.mark.cluster
+
 FASHION_FILES = [f"{prefix}-{kind}-ubyte" for prefix in ("train", "t10k")
                  for kind in ("images-idx3", "labels-idx1")]
 

@@ -22,6 +22,8 @@ import tensorflow as tf
 from local_cluster import create_local_cluster
 from tlc import Float32, SyncReplicasOptimizer, replica
 
+pytestmark = pytest.mark.cluster
+
 NUM_WORKERS = 2
 IMPLEMENTATIONS = ("tf", "tlc")
 

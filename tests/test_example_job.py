@@ -9,7 +9,11 @@ import sys
 import threading
 import time
 
+import pytest
+
 from tlc.job.cluster import free_ports
+
+pytestmark = pytest.mark.cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "own_job.py")

@@ -19,6 +19,8 @@ from tlc.job import cluster as cl
 from tlc.job import launcher
 from tlc import session
 
+pytestmark = pytest.mark.cluster
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
 
 

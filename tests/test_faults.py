@@ -14,6 +14,8 @@ from tlc.job import cluster as cl
 from tlc.job import launcher
 from waiting import wait_for  # tests/waiting.py (others import it from here)
 
+pytestmark = pytest.mark.cluster
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE_FLAGS = ["--flagfile=configs/fashion_mnist.cfg", "--flagfile=configs/3lc_s1.00.cfg",
               "--log_every=5", "--eval_batch=2000"]

@@ -14,6 +14,8 @@ import pytest
 
 from tlc.job import flagcheck, plots, report
 
+pytestmark = pytest.mark.cluster
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOISE = ("Graph was finalized", "local_init_op", "deprecat", "Instructions for updating",
          "oneDNN", "absl::InitializeLog", "cpu_feature_guard", "Coordinator stopped")

@@ -12,6 +12,8 @@ import tensorflow as tf
 from tlc.job import cluster as cl
 from tlc import codec, ops
 
+pytestmark = pytest.mark.cluster
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PS_MAIN = """
 import sys, tensorflow as tf

@@ -18,6 +18,8 @@ import sysconfig
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "runs", "dist", "*.so", "__pycache__",
                                 "*.egg-info", ".pytest_cache")

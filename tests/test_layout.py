@@ -8,6 +8,8 @@ import pathlib
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "tlc"
 
 # Layer of each module path prefix (longest match wins); higher may import lower.

@@ -7,6 +7,8 @@ import tensorflow as tf
 
 from tlc import _codec, message, ops
 
+pytestmark = pytest.mark.unit
+
 WHAT = "push message to /job:ps/task:0"
 
 

@@ -6,6 +6,8 @@ import tensorflow as tf
 
 from tlc.job import models
 
+pytestmark = pytest.mark.unit
+
 v1 = tf.compat.v1
 
 SHAPES = {"small_cnn": (28, 28, 1), "mlp": (28, 28, 1), "resnet20": (32, 32, 3), "resnet32": (32, 32, 3),

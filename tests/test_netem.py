@@ -14,6 +14,8 @@ import pytest
 
 from testbed import netem
 
+pytestmark = pytest.mark.root
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AVAILABLE, WHY = netem.netem_available()
 needs_netns = pytest.mark.skipif(not AVAILABLE, reason=f"network namespaces: {WHY}")

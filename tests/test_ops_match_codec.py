@@ -5,6 +5,8 @@ import tensorflow as tf
 
 from tlc import codec, ops
 
+pytestmark = pytest.mark.unit
+
 
 def gradient_like(n, seed=0, density=1.0):
     rng = np.random.default_rng(seed)

@@ -26,7 +26,7 @@ CUT_SECONDS = 30
 LONG_CUT_SECONDS = 120
 TIMEOUT = 600  # bounds a failure only
 
-pytestmark = [pytest.mark.root, pytest.mark.slow,
+pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow,
               pytest.mark.skipif(not AVAILABLE, reason=f"network namespaces: {WHY}")]
 
 

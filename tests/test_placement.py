@@ -19,6 +19,8 @@ from testbed import netem
 from tlc.job import models
 from tlc.session import training_session
 
+pytestmark = [pytest.mark.cluster, pytest.mark.root]
+
 v1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = "/job:worker/task:0"

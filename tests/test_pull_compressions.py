@@ -6,12 +6,15 @@ the counter; the former counter added a constant per update and missed it."""
 import threading
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from local_cluster import create_local_cluster
 from tlc import SyncReplicasOptimizer, ThreeLC, replica
 from tlc.optimizer import hook as hook_module
 from tlc.session import training_session
+
+pytestmark = pytest.mark.cluster
 
 # A minute per run at most: a wait that never ends fails instead of hanging.
 TRACE = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,

@@ -2,7 +2,11 @@
 puts its own local copy back on the PS and training goes on from there."""
 import re
 
+import pytest
+
 from test_faults import BASE_FLAGS, Cluster, chief_step, wait_for
+
+pytestmark = pytest.mark.cluster
 
 
 def log_text(cluster, name):

@@ -19,6 +19,8 @@ from local_cluster import create_local_cluster
 from tlc import SyncReplicasOptimizer, ThreeLC, replica
 from tlc.session import training_session
 
+pytestmark = pytest.mark.cluster
+
 NUM_WORKERS = 2
 N = 3000  # over the compress threshold: pushed and pulled through 3LC
 

@@ -13,6 +13,8 @@ import pytest
 from benchmarks import bench_scaling as bench
 from testbed import netem
 
+pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow]
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLOW = os.environ.get("TLC_SLOW") == "1"
 

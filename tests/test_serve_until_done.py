@@ -16,7 +16,11 @@ import sys
 import threading
 import time
 
+import pytest
+
 from tlc.job.cluster import free_ports
+
+pytestmark = pytest.mark.cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GUARD = 300  # seconds: a failure guard (a PS that never ends), not a speed limit

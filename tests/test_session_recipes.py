@@ -18,6 +18,8 @@ import pytest
 
 from tlc.job.cluster import free_ports
 
+pytestmark = pytest.mark.cluster
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "mnist_replica.py")
 TRAIN_STEPS = 60

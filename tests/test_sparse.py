@@ -20,6 +20,8 @@ from tlc.optimizer import sparse
 from tlc.job import cluster as cl
 from tlc.session import training_session
 
+pytestmark = pytest.mark.cluster
+
 # pylint: disable=protected-access  (tests reach the push halves directly)
 TIMEOUT = 300  # s; the machine is shared and busy: generous, never a rate
 

@@ -2,10 +2,13 @@
 SyncReplicasOptimizer (configs/stock_tf.cfg) in the main job."""
 import os
 
+import pytest
 import tensorflow as tf
 
 from benchmarks import jobs
 from tlc.job.stock import StockSync
+
+pytestmark = pytest.mark.cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

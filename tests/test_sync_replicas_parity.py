@@ -11,6 +11,8 @@ import tensorflow as tf
 import tlc.ops  # noqa: F401
 from tlc import Float32, SyncReplicasOptimizer, ThreeLC, replica
 
+pytestmark = pytest.mark.cluster
+
 WORKER = "/job:localhost/replica:0/task:0/device:CPU:0"
 BIG = 1500  # elements: over the default compress_threshold (1024)
 

@@ -10,6 +10,8 @@ import pytest
 from test_example_job import run_own_job  # examples/own_job.py's processes
 from tlc.job.cluster import ClusterError, free_ports, from_tf_config
 
+pytestmark = pytest.mark.cluster
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -20,6 +20,8 @@ import tensorflow as tf
 from local_cluster import create_local_cluster
 from tlc import Float32, SyncReplicasOptimizer, replica
 
+pytestmark = pytest.mark.cluster
+
 
 
 def make_tf(opt, replicas_to_aggregate, total_num_replicas):

@@ -14,6 +14,8 @@ from tlc import SyncReplicasOptimizer, ThreeLC, replica
 from tlc.session import training_session
 from tlc.traffic import TrafficHook
 
+pytestmark = pytest.mark.cluster
+
 STEPS, EVERY = 7, 3
 SHAPES = {"w": [784, 64], "b": [64], "v": [64, 10]}
 

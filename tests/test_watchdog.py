@@ -19,6 +19,8 @@ from test_faults import BASE_FLAGS, ROOT, chief_step, wait_for
 from tlc.job import cluster as cl
 from tlc.job import launcher, task, watchdog
 
+pytestmark = pytest.mark.cluster
+
 # TF's log lines as tasks write them (absl's format from C++ and Python, and
 # the Python logger's own), each followed by the lines that continue it.
 TF_LINE = re.compile(r"^([IWE]\d{4} \d\d:\d\d:[\d.]+\s+\d+ \S+:\d+\]|(INFO|WARNING|ERROR):"
