@@ -1,10 +1,16 @@
 """Running the main job from a benchmark or a test: one `python -m tlc.train`
-run in a subprocess, and a finished earlier run found again (moved here from
-tlc/job/launcher.py, which holds only what the job itself runs)."""
+run in a subprocess, a finished earlier run found again (moved here from
+tlc/job/launcher.py, which holds only what the job itself runs), one process
+per task started and killed one by one, and waiting on an event."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+
+from tlc.job import cluster as cl
+from tlc.job import launcher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
 
@@ -34,3 +40,47 @@ def finished_run(logdir, steps):
     if not summary.get("ok") or summary.get("global_step") != steps:
         return None
     return summary
+
+
+def wait_for(predicate, timeout, what):
+    """Returns as soon as predicate() is true; AssertionError naming `what`
+    after `timeout` s (a timeout only bounds a failure)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class TaskCluster:
+    """The main job on loopback (1 PS), one process per task, started and
+    killed one by one."""
+
+    def __init__(self, logdir, num_workers, flags):
+        self.logdir, self.flags = str(logdir), flags
+        self.spec = cl.local_cluster(1, num_workers)
+        self.launcher = cl.TaskProcesses(self.spec, self.command, self.logdir, echo_chief=False)
+
+    def command(self, job, index):
+        return launcher.task_command(self.spec, job, index, self.logdir, self.flags)
+
+    def start(self):
+        self.launcher.start()
+
+    def kill(self, job, index):
+        proc = self.launcher.procs[(job, index)]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def restart(self, job, index):
+        """Starts one task again, its log appended to a second file."""
+        argv = self.command(job, index)
+        log = open(os.path.join(self.logdir, f"{job}{index}.restart.log"), "wb")
+        self.launcher.procs[(job, index)] = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env=cl._task_env())  # pylint: disable=protected-access
+
+    def report(self, index):
+        with open(os.path.join(self.logdir, f"worker{index}.json"), encoding="utf-8") as f:
+            return json.load(f)

@@ -11,11 +11,11 @@ import re
 import subprocess
 import time
 
+from benchmarks.jobs import wait_for
 from tlc.job import cluster as cl
 from tlc.job import launcher
 
 from testbed import netem  # type: ignore  # pylint: disable=import-error
-from waiting import wait_for  # tests/waiting.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AVAILABLE, WHY = netem.netem_available()

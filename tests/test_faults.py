@@ -1,6 +1,5 @@
 """Faults with real processes: killed and restarted workers, a restarted
 chief and parameter server resuming from a checkpoint, Ctrl-C to the launcher."""
-import json
 import os
 import signal
 import subprocess
@@ -10,9 +9,8 @@ import time
 import pytest
 
 from benchmarks.bench_scaling import Loopback
-from tlc.job import cluster as cl
+from benchmarks.jobs import TaskCluster, wait_for  # (other tests import them from here)
 from tlc.job import launcher
-from waiting import wait_for  # tests/waiting.py (others import it from here)
 
 pytestmark = pytest.mark.cluster
 
@@ -25,40 +23,8 @@ MODEL_BYTES = 6_000_000  # less than the small CNN in float32 (6.65 MB)
 chief_step = launcher.printed_step  # latest step the chief has printed (0 if none yet)
 
 
-class Cluster:
-    """One process per task, started and killed one by one."""
-
-    def __init__(self, logdir, num_workers, flags):
-        self.logdir, self.flags = str(logdir), flags
-        self.spec = cl.local_cluster(1, num_workers)
-        self.launcher = cl.TaskProcesses(self.spec, self.command, self.logdir, echo_chief=False)
-
-    def command(self, job, index):
-        return launcher.task_command(self.spec, job, index, self.logdir, self.flags)
-
-    def start(self):
-        self.launcher.start()
-
-    def kill(self, job, index):
-        proc = self.launcher.procs[(job, index)]
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-    def restart(self, job, index):
-        """Starts one task again, its log appended to a second file."""
-        argv = self.command(job, index)
-        log = open(os.path.join(self.logdir, f"{job}{index}.restart.log"), "wb")
-        self.launcher.procs[(job, index)] = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env=cl._task_env())  # pylint: disable=protected-access
-
-    def report(self, index):
-        with open(os.path.join(self.logdir, f"worker{index}.json"), encoding="utf-8") as f:
-            return json.load(f)
-
-
 def test_killed_worker_with_backups_and_its_restart(tmp_path):
-    c = Cluster(tmp_path, 3, BASE_FLAGS + ["--steps=250", "--num_workers=3", "--backup_workers=1"])
+    c = TaskCluster(tmp_path, 3, BASE_FLAGS + ["--steps=250", "--num_workers=3", "--backup_workers=1"])
     c.start()
     try:
         wait_for(lambda: chief_step(c.logdir) >= 10, 180, "training to start")
@@ -99,7 +65,7 @@ def test_killed_worker_with_backups_and_its_restart(tmp_path):
 
 def test_chief_and_ps_restart_from_checkpoint(tmp_path):
     flags = BASE_FLAGS + ["--steps=80", "--checkpoint_steps=10"]
-    first = Cluster(tmp_path, 2, flags)
+    first = TaskCluster(tmp_path, 2, flags)
     first.start()
     try:
         wait_for(lambda: chief_step(first.logdir) >= 35, 240, "a checkpoint past step 30")
@@ -107,7 +73,7 @@ def test_chief_and_ps_restart_from_checkpoint(tmp_path):
         first.launcher.stop()  # kills chief, worker and PS mid-run
     checkpoints = os.listdir(os.path.join(first.logdir, "checkpoints"))
     assert any(name.startswith("model.ckpt-") for name in checkpoints)
-    second = Cluster(tmp_path, 2, flags)
+    second = TaskCluster(tmp_path, 2, flags)
     second.start()
     codes = second.launcher.wait(timeout=300)
     assert all(code == 0 for code in codes.values()), codes

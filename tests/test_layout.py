@@ -1,10 +1,14 @@
-"""The package's layers import only downward: codec <- compressors <- optimizer <- job.
+"""The package's layers import only downward: codec <- compressors <- optimizer <- job;
+measurement programs are modules of benchmarks/.
 
 Read from the source (ast), so a layer violation fails here even when the
 import would happen to work at run time.
 """
 import ast
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -74,3 +78,21 @@ def test_library_needs_nothing_of_the_job():
         if name.startswith(("tlc.job", "tlc.train")):
             continue
         assert not any(i.startswith("tlc.job") for i in tlc_imports(path)), name
+
+
+CHECKOUT = ROOT.parent
+MOVED_PROGRAMS = ["recovery_benchmark", "adaptive_demo", "link_model_demo"]
+
+
+def test_measurement_programs_are_benchmarks_modules():
+    """Measurement programs live in benchmarks/ and run as modules from the
+    checkout (`python3 -m benchmarks.<name>`), importing as everything else
+    does; scripts/ holds shell tools only (no program that edits sys.path
+    to import by path)."""
+    assert not sorted(p.name for p in (CHECKOUT / "scripts").glob("*.py"))
+    for name in MOVED_PROGRAMS:
+        run = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--help"],
+                             cwd=CHECKOUT, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": str(CHECKOUT)})
+        assert run.returncode == 0 and run.stdout.startswith("usage:"), (name, run.stderr[-2000:])
+        assert "sys.path" not in (CHECKOUT / "benchmarks" / f"{name}.py").read_text(), name

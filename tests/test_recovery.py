@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from test_faults import BASE_FLAGS, Cluster, chief_step, wait_for
+from test_faults import BASE_FLAGS, TaskCluster, chief_step, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -16,7 +16,7 @@ def log_text(cluster, name):
 
 def test_ps_killed_without_checkpoint_recovers_from_the_chief_copy(tmp_path):
     steps = 300
-    c = Cluster(tmp_path, 2, BASE_FLAGS + [f"--steps={steps}"])
+    c = TaskCluster(tmp_path, 2, BASE_FLAGS + [f"--steps={steps}"])
     c.start()
     try:
         wait_for(lambda: chief_step(c.logdir) >= 100, 900, "step 100")
@@ -53,7 +53,7 @@ def test_model_lost_with_the_chief_stops_the_other_worker_naming_the_steps(tmp_p
     # PS and chief die together: no live copy reaches the new PS and the only
     # checkpoint is the initial one. Worker 1 still holds step >= 30 and must
     # not train on silently from step 0.
-    c = Cluster(tmp_path, 2, BASE_FLAGS + ["--steps=400"])
+    c = TaskCluster(tmp_path, 2, BASE_FLAGS + ["--steps=400"])
     c.start()
     try:
         wait_for(lambda: chief_step(c.logdir) >= 30, 900, "step 30")
@@ -74,7 +74,7 @@ def test_model_lost_with_the_chief_stops_the_other_worker_naming_the_steps(tmp_p
 def test_restarted_chief_keeps_the_model_a_live_ps_holds(tmp_path):
     # Without a checkpoint newer than step 0, a restarted chief used to
     # initialise the model afresh on the live PS.
-    c = Cluster(tmp_path, 2, BASE_FLAGS + ["--steps=150"])
+    c = TaskCluster(tmp_path, 2, BASE_FLAGS + ["--steps=150"])
     c.start()
     try:
         wait_for(lambda: chief_step(c.logdir) >= 30, 900, "step 30")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The network-aware controllers on a live cluster whose link rate changes.
 
 Runs the local 1 PS + 2 worker cluster behind real tc limits (network
@@ -6,18 +5,15 @@ namespaces, root) with aqgb_auto and 3lc_auto, drops the rate part-way
 through and prints, per logged step, the chief's measured link rate and the
 controller's choice (AQGB levels per tensor, 3LC's s), plus the push size.
 
-  sudo python scripts/adaptive_demo.py [--before 1gbit --after 50mbit --change_at 30]
+  sudo python3 -m benchmarks.adaptive_demo [--before 1gbit --after 50mbit --change_at 30]
 """
 import argparse
 import json
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from benchmarks import jobs  # noqa: E402
-from testbed import netem  # noqa: E402
+from benchmarks import jobs
+from testbed import netem
 
 CONFIGS = {"aqgb_auto": [], "3lc_auto": ["--push_budget={budget}"]}
 
@@ -53,7 +49,7 @@ def main():
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--push_budget", type=float, default=0.001, help="3lc_auto, seconds")
     parser.add_argument("--only", help="aqgb_auto or 3lc_auto")
-    parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "adaptive"))
+    parser.add_argument("--workdir", default=os.path.join(jobs.ROOT, "runs", "adaptive"))
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
     ok, why = netem.netem_available()

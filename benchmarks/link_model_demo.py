@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """3lc_auto's link model (`push time = latency + bytes / rate`) on real links.
 
 Runs the main job (local 1 PS + 2 workers, small CNN / Fashion-MNIST) with
@@ -11,7 +10,7 @@ Then one line per rate: medians over the second half of the run, and a
 fit over all of the chief's steps (steps file; its latency includes the
 compute time) as a cross-check of the controller's 40-step windows.
 
-  sudo python scripts/link_model_demo.py [--rates 10mbit,1gbit --steps 150 --push_budget 0.04]
+  sudo python3 -m benchmarks.link_model_demo [--rates 10mbit,1gbit --steps 150 --push_budget 0.04]
 """
 import argparse
 import json
@@ -20,13 +19,10 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from benchmarks import jobs  # noqa: E402
-from testbed import netem  # noqa: E402
-from tlc.job import plots, quiet  # noqa: E402
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TF
+from benchmarks import jobs  # noqa: E402  pylint: disable=wrong-import-position
+from testbed import netem  # noqa: E402  pylint: disable=wrong-import-position
+from tlc.job import plots, quiet  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def mbit(bytes_per_s):
@@ -95,7 +91,7 @@ def main():
     parser.add_argument("--num_workers", type=int, default=2)
     parser.add_argument("--log_every", type=int, default=10)
     parser.add_argument("--timeout", type=float, default=400, help="seconds per run")
-    parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "link_model"))
+    parser.add_argument("--workdir", default=os.path.join(jobs.ROOT, "runs", "link_model"))
     parser.add_argument("--json", help="also write the summary rows here")
     args = parser.parse_args()
     ok, why = netem.netem_available()

@@ -2,27 +2,24 @@
 whose PS is SIGKILLed at --kill_at (no checkpoint) and restarted, same flags
 and length. Prints steps lost and both test accuracies as JSON.
 
-  python3 scripts/recovery_benchmark.py --steps=600 --kill_at=200
+  python3 -m benchmarks.recovery_benchmark --steps=600 --kill_at=200
 """
 import argparse
 import json
 import os
 import re
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
-
-from test_faults import Cluster, chief_step, wait_for  # noqa: E402  pylint: disable=wrong-import-position
+from benchmarks.jobs import TaskCluster, wait_for
+from tlc.job.launcher import printed_step as chief_step
 
 FLAGS = ["--flagfile=configs/fashion_mnist.cfg", "--flagfile=configs/3lc_s1.00.cfg",
          "--log_every=10", "--eval_batch=2000"]
 
 
 def run(logdir, steps, kill_at=None):
-    c = Cluster(logdir, 2, FLAGS + [f"--steps={steps}"])
+    c = TaskCluster(logdir, 2, FLAGS + [f"--steps={steps}"])
     c.start()
     result = {}
     try:
