@@ -529,6 +529,14 @@ def test_pull_sparsity_multiplier_gives_the_pull_its_own_s():
     assert task.pull_compressor_from_flags(flags) is None  # the push's compressor pulls
     flags.pull_sparsity_multiplier = 1.0
     pull = task.pull_compressor_from_flags(flags)
-    push = task.compressor_from_flags(flags.compressor, flags)
+    push = task.compressor_from_flags(flags.compressor, flags, flags.sparsity_multiplier)
     assert (pull.sparsity_multiplier, push.sparsity_multiplier) == (1.0, 1.9)
     assert (pull.block_size, pull.adaptive) == (push.block_size, push.adaptive)
+    # A pull compressor named without an s pulls at the push's s; the launch
+    # line says what the job builds.
+    from tlc.job import report
+    flags.pull_compressor, flags.pull_sparsity_multiplier, flags.sync = "3lc", None, "tlc"
+    assert task.pull_compressor_from_flags(flags).sparsity_multiplier == 1.9
+    assert report.compression(flags) == "3lc s=1.90 block"
+    flags.pull_sparsity_multiplier = 1.0
+    assert report.compression(flags) == "3lc s=1.90 block, pulls 3lc s=1.00 block"

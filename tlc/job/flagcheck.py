@@ -111,10 +111,10 @@ def errors(flags):
 
     for flag in ("sparsity_multiplier", "pull_sparsity_multiplier"):
         number(flag, 1.0, high=2.0)
-    pull_s = flags.pull_sparsity_multiplier
-    if pull_s is not None and (flags.pull_compressor or flags.compressor) != "3lc":
+    pull_name, _ = pull_settings(flags)
+    if flags.pull_sparsity_multiplier is not None and pull_name != "3lc":
         found.append("--pull_sparsity_multiplier needs a 3lc model pull (--compressor=3lc or "
-                     f"--pull_compressor=3lc), got {flags.pull_compressor or flags.compressor}")
+                     f"--pull_compressor=3lc), got {pull_name}")
     # Checked whatever --scaling is: a bad value is a mistake either way.
     refuse_unless(flags.block_size > 0 and flags.block_size % 5 == 0, "block_size")
     for flag in ("compressor", "pull_compressor"):
@@ -185,14 +185,22 @@ def _netem_errors(flags):
     return found
 
 
-def compressor_from_flags(name, flags, sparsity_multiplier=None):
+def pull_settings(flags):
+    """The model pull's compressor name and 3LC s: the push's unless
+    --pull_compressor / --pull_sparsity_multiplier say otherwise (the one
+    place these defaults are written)."""
+    name = flags.pull_compressor or flags.compressor
+    s = flags.pull_sparsity_multiplier
+    return name, flags.sparsity_multiplier if s is None else s
+
+
+def compressor_from_flags(name, flags, sparsity_multiplier):
     """Builds the compressor a flag names, with its flag-given parameters
-    (3LC's s: `sparsity_multiplier` if given, else --sparsity_multiplier).
-    Imports TensorFlow (through tlc.compressors)."""
+    (3LC's s: `sparsity_multiplier`). Imports TensorFlow (through tlc.compressors)."""
     from tlc import compressors  # pylint: disable=import-outside-toplevel
     kwargs = parse_compressor_args(flags.compressor_args)
     if name in ("3lc", "3lc_auto"):
-        kwargs.setdefault("sparsity_multiplier", sparsity_multiplier or flags.sparsity_multiplier)
+        kwargs.setdefault("sparsity_multiplier", sparsity_multiplier)
         kwargs.setdefault("adaptive", flags.adaptive)
         kwargs.setdefault("scaling", flags.scaling)
         kwargs.setdefault("block_size", flags.block_size)
@@ -205,20 +213,21 @@ def compressor_from_flags(name, flags, sparsity_multiplier=None):
 def pull_compressor_from_flags(flags):
     """The model pull's compressor, or None for the push's. With
     --pull_sparsity_multiplier the pull is its own 3LC instance at that s."""
-    name = flags.pull_compressor
-    if name is None and flags.pull_sparsity_multiplier is None:
+    if flags.pull_compressor is None and flags.pull_sparsity_multiplier is None:
         return None
-    return compressor_from_flags(name or flags.compressor, flags, flags.pull_sparsity_multiplier)
+    name, s = pull_settings(flags)
+    return compressor_from_flags(name, flags, s)
 
 
 def compressor_errors(flags):
     """Builds the named compressors with their --compressor_args (imports TensorFlow)."""
     found = []
-    for flag in ("compressor", "pull_compressor"):
+    pull_s = pull_settings(flags)[1]
+    for flag, s in (("compressor", flags.sparsity_multiplier), ("pull_compressor", pull_s)):
         name = getattr(flags, flag)
         if name is not None:
             try:
-                compressor_from_flags(name, flags)
+                compressor_from_flags(name, flags, s)
             except ValueError as e:
                 found.append(f"--{flag}={name}: {e}")
     return found

@@ -2,7 +2,7 @@
 import os
 import sys
 
-from tlc.job import plots
+from tlc.job import flagcheck, plots
 
 MAX_LINES = 15
 
@@ -100,9 +100,7 @@ def compression(flags):
     if getattr(flags, "sync", "tlc") == "tf":
         return "TensorFlow's SyncReplicasOptimizer, float32"
     push = _compressor(flags.compressor, flags.sparsity_multiplier, flags)
-    pull_name = getattr(flags, "pull_compressor", None) or flags.compressor
-    pull_s = getattr(flags, "pull_sparsity_multiplier", None)
-    pull = _compressor(pull_name, flags.sparsity_multiplier if pull_s is None else pull_s, flags)
+    pull = _compressor(*flagcheck.pull_settings(flags), flags)
     return push if pull == push else f"{push}, pulls {pull}"
 
 

@@ -163,7 +163,7 @@ def make_inner_optimizer(flags):
 
 
 def _tlc_optimizer(flags, num_workers, per_example_loss):
-    compressor = compressor_from_flags(flags.compressor, flags)
+    compressor = compressor_from_flags(flags.compressor, flags, flags.sparsity_multiplier)
     if hasattr(compressor, "second_moments"):  # variance-based: per-example statistics
         local = tf.compat.v1.trainable_variables()
         stats = moments.second_moments(per_example_loss, local)
