@@ -22,6 +22,9 @@ from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 CORE_SOURCES = sorted(glob.glob("custom_ops/core/*.cc"))
+# Per op family (codec, accumulator, message): <family>_ops.cc registers the
+# ops, <family>_kernels.cc holds their kernels.
+TF_SOURCES = sorted(glob.glob("custom_ops/tf/*_ops.cc") + glob.glob("custom_ops/tf/*_kernels.cc"))
 # -ffp-contract=off: no fused multiply-add, so every build computes the same
 # float32 error and decoded values (workers must match the server bit for bit).
 COMMON_FLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wno-sign-compare"]
@@ -159,9 +162,7 @@ setup(
     ext_modules=[
         Extension("tlc._codec", CORE_SOURCES + ["custom_ops/python/codec_module.cc"],
                   language="c++"),
-        Extension(OPS_LIBRARY, ["custom_ops/tf/kernels.cc", "custom_ops/tf/ops.cc",
-                                   "custom_ops/tf/message_ops.cc",
-                                   "custom_ops/tf/accumulator_ops.cc"] + CORE_SOURCES,
+        Extension(OPS_LIBRARY, TF_SOURCES + CORE_SOURCES,
                   language="c++"),
     ],
     cmdclass={"build_ext": BuildExt},

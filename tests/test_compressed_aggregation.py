@@ -1,5 +1,5 @@
 """The PS's accumulator of compressed pushes (tlc.ops.CompressedAccumulator,
-custom_ops/tf/accumulator_ops.cc) against today's path: decompress each push,
+custom_ops/tf/accumulator_kernels.cc) against today's path: decompress each push,
 then TF's ConditionalAccumulator. Bit for bit, stale pushes dropped, several
 steps, concurrent pushes, malformed pushes, and the numpy front end."""
 import itertools

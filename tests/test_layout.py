@@ -7,6 +7,7 @@ import would happen to work at run time.
 import ast
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -96,3 +97,24 @@ def test_measurement_programs_are_benchmarks_modules():
                              env={**os.environ, "PYTHONPATH": str(CHECKOUT)})
         assert run.returncode == 0 and run.stdout.startswith("usage:"), (name, run.stderr[-2000:])
         assert "sys.path" not in (CHECKOUT / "benchmarks" / f"{name}.py").read_text(), name
+
+
+def test_tf_op_sources_follow_one_naming_rule():
+    """custom_ops/tf/: per op family, <family>_ops.cc registers the ops and
+    <family>_kernels.cc holds the kernels of exactly those ops; setup.py
+    builds every one of them."""
+    tf_dir = CHECKOUT / "custom_ops" / "tf"
+    sources = sorted(p.name for p in tf_dir.glob("*.cc"))
+    families = sorted({name.rsplit("_", 1)[0] for name in sources})
+    assert sources == sorted(f"{f}_{part}.cc" for f in families for part in ("ops", "kernels"))
+    for family in families:
+        ops = (tf_dir / f"{family}_ops.cc").read_text()
+        kernels = (tf_dir / f"{family}_kernels.cc").read_text()
+        assert "REGISTER_KERNEL_BUILDER" not in ops and "REGISTER_OP(" not in kernels, family
+        registered = set(re.findall(r'REGISTER_OP\("(\w+)"\)', ops))
+        assert registered and registered == set(re.findall(r'"(Tlc\w+)"', kernels)), family
+    setup = subprocess.run(
+        [sys.executable, "-c", "from distutils.core import run_setup; print([s for e in run_setup("
+         "'setup.py', stop_after='init').ext_modules for s in e.sources if '/tf/' in s])"],
+        cwd=CHECKOUT, capture_output=True, text=True, timeout=300)
+    assert setup.stdout.strip() == str([f"custom_ops/tf/{name}" for name in sources]), setup.stderr

@@ -92,7 +92,7 @@ def unpack_message(message, num_parts, what, part_bytes=(), item_bytes=(), name=
 
 
 class CompressedAccumulator:
-    """TF's ConditionalAccumulator for 3LC pushes (custom_ops/tf/accumulator_ops.cc).
+    """TF's ConditionalAccumulator for 3LC pushes (custom_ops/tf/accumulator_kernels.cc).
 
     Same semantics as tf.compat.v1.ConditionalAccumulator as the optimizer uses
     it: a push whose local_step is below the accumulator's global step is

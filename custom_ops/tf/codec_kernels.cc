@@ -1,4 +1,5 @@
-// CPU kernels: thin adapters from TF tensors to the codec core.
+// CPU kernels of the codec ops (codec_ops.cc): thin adapters from TF tensors
+// to the codec core.
 #include <cstring>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// Op definitions for the 3LC codec. Kernels are in kernels.cc, Python
+// Op definitions for the 3LC codec. Kernels are in codec_kernels.cc, Python
 // wrappers in tlc/ops.py, the byte format in docs/FORMAT.md.
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"

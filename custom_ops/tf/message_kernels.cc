@@ -1,0 +1,99 @@
+// CPU kernels of the step message ops (message_ops.cc; format:
+// custom_ops/core/message.h, docs/FORMAT.md).
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../core/message.h"
+#include "tensorflow/core/framework/op_kernel.h"
+
+namespace tlc {
+namespace {
+
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::OpInputList;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+class PackMessageOp : public OpKernel {
+ public:
+  explicit PackMessageOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    OpInputList parts;
+    OP_REQUIRES_OK(ctx, ctx->input_list("parts", &parts));
+    const Status count = message::CheckPartCount(parts.size());
+    OP_REQUIRES(ctx, count.ok(), ::tensorflow::errors::InvalidArgument("tlc: ", count.message()));
+    std::vector<const uint8_t*> data(parts.size());
+    std::vector<size_t> lengths(parts.size());
+    for (int i = 0; i < parts.size(); ++i) {
+      data[i] = parts[i].flat<uint8_t>().data();
+      lengths[i] = parts[i].NumElements();
+    }
+    Tensor* out = nullptr;
+    const int64_t size = static_cast<int64_t>(message::PackedSize(lengths));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({size}), &out));
+    message::Pack(data, lengths, out->flat<uint8_t>().data());
+  }
+};
+
+class UnpackMessageOp : public OpKernel {
+ public:
+  explicit UnpackMessageOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_parts", &num_parts_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("what", &what_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("part_bytes", &part_bytes_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("item_bytes", &item_bytes_));
+    for (const auto* list : {&part_bytes_, &item_bytes_}) {
+      OP_REQUIRES(ctx, list->empty() || list->size() == static_cast<size_t>(num_parts_),
+                  ::tensorflow::errors::InvalidArgument(
+                      "tlc: ", what_, ": part_bytes and item_bytes need ", num_parts_,
+                      " entries (one per part) or none, got ", list->size()));
+    }
+    for (int64_t item : item_bytes_) {
+      OP_REQUIRES(ctx, item >= 1,
+                  ::tensorflow::errors::InvalidArgument("tlc: ", what_,
+                                                        ": item_bytes must be >= 1, got ", item));
+    }
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& input = ctx->input(0);
+    OP_REQUIRES(ctx, input.dims() == 1,
+                ::tensorflow::errors::InvalidArgument("tlc: ", what_, ": a step message is a "
+                                                      "vector of bytes, got shape ",
+                                                      input.shape().DebugString()));
+    const uint8_t* data = input.flat<uint8_t>().data();
+    std::vector<message::Span> spans;
+    const Status parsed = message::Parse(data, input.NumElements(), num_parts_, &spans);
+    OP_REQUIRES(ctx, parsed.ok(),
+                ::tensorflow::errors::InvalidArgument("tlc: ", what_, ": ", parsed.message()));
+    const Status sized =
+        message::CheckPartSizes(spans, input.NumElements(), part_bytes_, item_bytes_);
+    OP_REQUIRES(ctx, sized.ok(),
+                ::tensorflow::errors::InvalidArgument("tlc: ", what_, ": ", sized.message()));
+    for (int i = 0; i < num_parts_; ++i) {
+      Tensor* out = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                              i, TensorShape({static_cast<int64_t>(spans[i].length)}), &out));
+      if (spans[i].length) {
+        std::memcpy(out->flat<uint8_t>().data(), data + spans[i].offset, spans[i].length);
+      }
+    }
+  }
+
+ private:
+  int num_parts_;
+  std::string what_;
+  std::vector<int64_t> part_bytes_;
+  std::vector<int64_t> item_bytes_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("TlcPackMessage").Device(::tensorflow::DEVICE_CPU), PackMessageOp);
+REGISTER_KERNEL_BUILDER(Name("TlcUnpackMessage").Device(::tensorflow::DEVICE_CPU),
+                        UnpackMessageOp);
+
+}  // namespace
+}  // namespace tlc
