@@ -13,4 +13,4 @@ for _ in 1 2; do
     burners+=($!)
 done
 echo "test_busy: CPU burners ${burners[*]} running beside the suite" >&2
-"$PY" -m pytest -q -ra tests "$@"
+bash scripts/test.sh "$@"
