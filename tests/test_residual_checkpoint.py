@@ -1,20 +1,29 @@
-"""Issue 22 point 5: error-feedback state in checkpoints. Each worker's push
-residual (its 3LC error memory) and each PS's pull residual (master - shadow)
-are saved by the chief and come back, equal, in a fresh cluster restoring
-the checkpoint (tlc/optimizer/residuals.py). In-process clusters
-(tests/local_cluster.py), lock-step rounds, tlc.session.training_session.
+"""Issue 22 point 5, issue 30 point 1: error-feedback state in checkpoints.
+Each PS's pull residual (master - shadow) is saved by the chief in the
+checkpoint; each worker's push residual (its 3LC error memory) is saved by
+its own task in its own shard file beside it, and both come back, equal, in
+a fresh cluster restoring the checkpoint (tlc/optimizer/residuals.py).
+In-process clusters (tests/local_cluster.py), lock-step rounds,
+tlc.session.training_session.
 
-  saved equal to the live values     test_checkpoint_holds_every_workers_residual
+  saved equal to the live values     test_each_worker_saves_its_own_shard
   back equal after a restart         test_restart_restores_the_residuals
+  a worker's shard missing           test_missing_shard_starts_that_worker_at_zero
   stock TF's checkpoint into tlc     test_checkpoint_without_residuals_starts_them_at_zero
   tlc's checkpoint into stock TF     test_checkpoint_with_residuals_restores_into_stock_tf
+  PS state and checkpoint, 2 vs 3    test_ps_state_and_checkpoint_do_not_grow_with_workers
+  no memory on the link at a save    test_a_save_moves_no_push_memory
 """
+import glob
+import os
+import shutil
 import threading
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from benchmarks.bench_scaling import Loopback
 from local_cluster import create_local_cluster
 from tlc import SyncReplicasOptimizer, ThreeLC, replica
 from tlc.session import training_session
@@ -25,7 +34,7 @@ NUM_WORKERS = 2
 N = 3000  # over the compress threshold: pushed and pulled through 3LC
 
 
-def build(implementation, worker_id):
+def build(implementation, worker_id, checkpoint_dir=None, num_workers=NUM_WORKERS):
     worker = f"/job:worker/task:{worker_id}"
     copies = replica.local_copies(worker) if implementation == "tlc" else _nothing()
     with copies:
@@ -37,11 +46,14 @@ def build(implementation, worker_id):
         loss = tf.reduce_sum(tf.square(w * x - 0.5))
         inner = tf.compat.v1.train.GradientDescentOptimizer(0.01)
         if implementation == "tlc":
-            opt = SyncReplicasOptimizer(inner, NUM_WORKERS, NUM_WORKERS, compressor=ThreeLC(1.0))
+            opt = SyncReplicasOptimizer(inner, num_workers, num_workers, compressor=ThreeLC(1.0))
+            train_op = opt.minimize(loss, global_step=global_step)
+            hook = opt.make_session_run_hook(worker_id == 0, num_tokens=0,
+                                             checkpoint_dir=checkpoint_dir)
         else:
-            opt = tf.compat.v1.train.SyncReplicasOptimizer(inner, NUM_WORKERS, NUM_WORKERS)
-        train_op = opt.minimize(loss, global_step=global_step)
-        hook = opt.make_session_run_hook(worker_id == 0, num_tokens=0)
+            opt = tf.compat.v1.train.SyncReplicasOptimizer(inner, num_workers, num_workers)
+            train_op = opt.minimize(loss, global_step=global_step)
+            hook = opt.make_session_run_hook(worker_id == 0, num_tokens=0)
     reads = {"global_step": global_step.read_value()}
     if implementation == "tlc":
         memory, = [v for v in tf.compat.v1.local_variables()
@@ -61,14 +73,14 @@ class _nothing:
         return False
 
 
-def open_job(implementation, checkpoint_dir):
-    """Fresh cluster; the chief's session first (it restores), then the other's."""
-    workers, _ = create_local_cluster(NUM_WORKERS, 1)
+def open_job(implementation, checkpoint_dir, num_workers=NUM_WORKERS, cluster=None):
+    """Fresh cluster; the chief's session first (it restores), then the others'."""
+    workers, _ = cluster or create_local_cluster(num_workers, 1)
     job = []
-    for worker_id in range(NUM_WORKERS):
+    for worker_id in range(num_workers):
         graph = tf.Graph()
         with graph.as_default():
-            train_op, hook, reads = build(implementation, worker_id)
+            train_op, hook, reads = build(implementation, worker_id, checkpoint_dir, num_workers)
             session = training_session(workers[worker_id].target, worker_id == 0, [hook],
                                        checkpoint_dir=checkpoint_dir if worker_id == 0 else None)
         job.append((session, train_op, reads, graph))
@@ -121,15 +133,22 @@ def saved(tmp_path_factory):
     return checkpoint_dir, live
 
 
-def test_checkpoint_holds_every_workers_residual(saved):
+def shard(checkpoint_dir, worker_id, step, memory_key):
+    with np.load(os.path.join(checkpoint_dir,
+                              f"tlc_push_memory-worker{worker_id}-{step}.npz")) as saved:
+        return saved[key(memory_key)]
+
+
+def test_each_worker_saves_its_own_shard(saved):
     checkpoint_dir, live = saved
     reader = tf.train.load_checkpoint(checkpoint_dir + "/model.ckpt-3")
     assert reader.get_tensor("global_step") == 3
+    # The PS's checkpoint holds no worker's memory.
+    assert not [k for k in reader.get_variable_to_shape_map() if "tlc_push_memory" in k]
     for worker_id, values in enumerate(live):
-        name = f"{key(values['memory_key'])}/worker_{worker_id}"
-        assert reader.has_tensor(name), (name, sorted(reader.get_variable_to_shape_map()))
         assert np.any(values["memory"] != 0), f"worker {worker_id}: residual all zero"
-        np.testing.assert_array_equal(reader.get_tensor(name), values["memory"],
+        np.testing.assert_array_equal(shard(checkpoint_dir, worker_id, 3, values["memory_key"]),
+                                      values["memory"],
                                       err_msg=f"worker {worker_id}'s push residual")
     chief = live[0]
     np.testing.assert_array_equal(reader.get_tensor(key(chief["shadow_key"])), chief["shadow"])
@@ -137,8 +156,9 @@ def test_checkpoint_holds_every_workers_residual(saved):
     assert np.any(chief["master"] != chief["shadow"]), "pull residual all zero"
 
 
-def test_restart_restores_the_residuals(saved, capfd):
-    checkpoint_dir, live = saved
+def restart(checkpoint_dir):
+    """A fresh cluster resumed from the directory: the values before its
+    first step, the global steps after one round, its output lines."""
     job = open_job("tlc", checkpoint_dir)
     try:
         restored = read(job)  # before the first step
@@ -146,6 +166,19 @@ def test_restart_restores_the_residuals(saved, capfd):
         checks = [session.run(reads["global_step"]) for session, _, reads, _ in job]
     finally:
         close(job)
+    return restored, checks
+
+
+def tlc_lines(capfd):
+    return [line for line in capfd.readouterr().out.splitlines()
+            if line.startswith("tlc:") and ("tlc's" in line or "push memory" in line)]
+
+
+def test_restart_restores_the_residuals(saved, capfd, tmp_path):
+    checkpoint_dir, live = saved
+    copy = str(tmp_path / "copy")  # the next tests restore the same step again
+    shutil.copytree(checkpoint_dir, copy)
+    restored, checks = restart(copy)
     for worker_id, (before, after) in enumerate(zip(live, restored)):
         assert after["global_step"] == 3
         np.testing.assert_array_equal(after["memory"], before["memory"],
@@ -153,9 +186,27 @@ def test_restart_restores_the_residuals(saved, capfd):
         np.testing.assert_array_equal(after["shadow"], before["shadow"])
         np.testing.assert_array_equal(after["master"], before["master"])
     assert checks == [4, 4]
-    lines = [line for line in capfd.readouterr().out.splitlines() if "tlc's" in line]
-    assert lines == ["tlc: model restored at step 3 with tlc's error-feedback state (shadows, "
-                     "push residuals); pull logs and counters start fresh"], lines
+    assert tlc_lines(capfd) == [
+        "tlc: model restored at step 3 with tlc's error-feedback state (shadows; push memories "
+        "from the workers' shards); pull logs and counters start fresh"]
+    # The resumed job's own end saved its shards at step 4, the older ones kept.
+    assert sorted(os.path.basename(p) for p in glob.glob(copy + "/tlc_push_memory-*")) == [
+        f"tlc_push_memory-worker{w}-{s}.npz" for w in (0, 1) for s in (3, 4)]
+
+
+def test_missing_shard_starts_that_worker_at_zero(saved, capfd, tmp_path):
+    checkpoint_dir, live = saved
+    copy = str(tmp_path / "copy")
+    shutil.copytree(checkpoint_dir, copy)
+    missing = os.path.join(copy, "tlc_push_memory-worker1-3.npz")
+    os.remove(missing)
+    restored, checks = restart(copy)
+    np.testing.assert_array_equal(restored[0]["memory"], live[0]["memory"])
+    assert not np.any(restored[1]["memory"])
+    assert checks == [4, 4]
+    lines = tlc_lines(capfd)
+    assert lines[1:] == [f"tlc: worker 1: push memory starts at zero at step 3: no shard {missing}"
+                         ], lines
 
 
 def test_checkpoint_without_residuals_starts_them_at_zero(tmp_path, capfd):
@@ -180,9 +231,10 @@ def test_checkpoint_without_residuals_starts_them_at_zero(tmp_path, capfd):
                                   tf.train.load_checkpoint(checkpoint_dir + "/model.ckpt-2")
                                   .get_tensor("w"))
     assert stock[0]["global_step"] == 2
-    lines = [line for line in capfd.readouterr().out.splitlines() if "tlc's" in line]
-    assert lines == ["tlc: model restored at step 2; tlc's own state (shadows, push residuals, "
-                     "pull logs, counters) starts fresh"], lines
+    assert tlc_lines(capfd) == [
+        "tlc: model restored at step 2; tlc's own state (shadows, pull logs, counters) starts "
+        "fresh"] + [f"tlc: worker {w}: push memory starts at zero at step 2: no shard "
+                    f"{checkpoint_dir}/tlc_push_memory-worker{w}-2.npz" for w in (0, 1)]
 
 
 def test_checkpoint_with_residuals_restores_into_stock_tf(saved):
@@ -196,3 +248,73 @@ def test_checkpoint_with_residuals_restores_into_stock_tf(saved):
             got_w, got_step = session.run([w, global_step])
     np.testing.assert_array_equal(got_w, live[0]["master"])
     assert got_step == 3
+
+
+def ps_variable_bytes(graph):
+    """Bytes of every variable placed on a PS in a worker's graph."""
+    total = 0
+    for op in graph.get_operations():
+        if op.type in ("VarHandleOp", "VariableV2") and "/job:ps" in op.device:
+            shape = tf.TensorShape(op.get_attr("shape"))
+            total += shape.num_elements() * tf.as_dtype(op.get_attr("dtype")).size
+    return total
+
+
+def test_ps_state_and_checkpoint_do_not_grow_with_workers(tmp_path):
+    """2 vs 3 workers: the same bytes of checkpoint and of variables on the
+    PS but for a few scalars per worker (state.ServerState counts each
+    worker's sessions), never a model-sized copy (a memory is N floats); the
+    third worker's memory is its own shard only."""
+    measured = {}
+    for num_workers in (2, 3):
+        checkpoint_dir = str(tmp_path / f"workers{num_workers}")
+        job = open_job("tlc", checkpoint_dir, num_workers)
+        try:
+            train_rounds(job, 1)
+            on_ps = ps_variable_bytes(job[0][3])
+        finally:
+            close(job)
+        data = sum(os.path.getsize(p) for p in glob.glob(checkpoint_dir + "/model.ckpt-1.data-*"))
+        shards = sorted(os.path.basename(p) for p in glob.glob(checkpoint_dir + "/tlc_push_memory-*"))
+        measured[num_workers] = (on_ps, data, shards)
+    (ps2, data2, shards2), (ps3, data3, shards3) = measured[2], measured[3]
+    assert 0 <= ps3 - ps2 <= 64 < N * 4, measured
+    assert data2 == data3, measured
+    assert shards3 == [f"tlc_push_memory-worker{w}-1.npz" for w in range(3)], shards3
+    assert shards2 == shards3[:2]
+
+
+def test_a_save_moves_no_push_memory(tmp_path):
+    """The bytes every socket of the cluster sends (kernel counters, one
+    process) during the chief's save, after a step since the last one, are
+    fewer than one worker's push memory: no memory crosses the link."""
+    workers, ps = create_local_cluster(NUM_WORKERS, 1)
+    spec = {"worker": [w.target.split("//")[1] for w in workers],
+            "ps": [p.target.split("//")[1] for p in ps]}
+    loopback = Loopback(0)
+    loopback.use(spec)
+
+    class ThisProcess:
+        pid = os.getpid()
+
+    def bytes_sent():
+        return loopback.counters({("all", 0): ThisProcess})["all0"]["tx_bytes"]
+
+    checkpoint_dir = str(tmp_path)
+    job = open_job("tlc", checkpoint_dir, cluster=(workers, ps))
+    try:
+        session, _, reads, graph = job[0]
+        saver, = graph.get_collection(tf.compat.v1.GraphKeys.SAVERS)
+        raw = session._tf_sess()  # pylint: disable=protected-access
+        sent = []
+        for _ in range(2):  # the first save registers its graph with the PS
+            train_rounds(job, 1)
+            step = int(session.run(reads["global_step"]))
+            before = bytes_sent()
+            with graph.as_default():
+                saver.save(raw, checkpoint_dir + "/model.ckpt", global_step=step)
+            sent.append(bytes_sent() - before)
+        memory_bytes = read(job)[0]["memory"].nbytes
+    finally:
+        close(job)
+    assert sent[1] < memory_bytes, (sent, memory_bytes)

@@ -221,11 +221,15 @@ def _run_worker(server, cluster, spec, index, config, flags, dog):
     logdir = flags.logdir
     writer = tf.compat.v1.summary.FileWriter(os.path.join(logdir, "tensorboard")) if is_chief \
         else None
-    checkpoint_dir = os.path.join(logdir, "checkpoints") if is_chief else None
+    # Every task's: the chief's checkpoints, each worker's push-memory shard
+    # (one directory on a local cluster, a worker's own on another machine).
+    shards_dir = os.path.join(logdir, "checkpoints")
+    checkpoint_dir = shards_dir if is_chief else None
     # No initial tokens: the first update then waits for every worker's first
     # gradient, so a chief that is ready early cannot take all the tokens and
     # train alone while the others are still copying the model.
-    hooks = [sync.make_session_run_hook(is_chief, num_tokens=0)]
+    hooks = [sync.make_session_run_hook(is_chief, num_tokens=0, checkpoint_dir=shards_dir,
+                                        save_checkpoint_steps=flags.checkpoint_steps or None)]
     traffic = sync.traffic
     start = time.time()
     summary = {"task": index, "model": model_name, "compressor": sync.compressor.describe(),

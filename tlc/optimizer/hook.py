@@ -1,6 +1,8 @@
 """Session hook: initialises tokens and local state, runs the chief's queue
-runner, and resyncs a worker that fell too far behind. It uses only the
-pieces it is given (startup.SessionOps, full_sync.FullSync, recovery.Recovery)."""
+runner, resyncs a worker that fell too far behind, and keeps this worker's
+push memory in its shards (residuals.py). It uses only the pieces it is given
+(startup.SessionOps, full_sync.FullSync, recovery.Recovery)."""
+import os
 import threading
 import time
 
@@ -14,14 +16,23 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
     """Initialises tokens and local state, runs the chief's queue runner, and
     resyncs a worker that fell too far behind."""
 
-    def __init__(self, built, is_chief, num_tokens, make_init_tokens):
+    def __init__(self, built, is_chief, num_tokens, make_init_tokens, checkpoint_dir=None,
+                 save_checkpoint_steps=None):
         """built() -> what apply_gradients built (session_ops, full_sync,
-        recovery), or None before; make_init_tokens() -> the chief's init op."""
+        recovery), or None before; make_init_tokens() -> the chief's init op.
+        checkpoint_dir: where this worker keeps its push-memory shards (the
+        chief's checkpoint directory if shared, else its own run directory);
+        save_checkpoint_steps: the chief's save interval in steps, if any."""
         self._built = built
         self._is_chief = is_chief
         self._num_tokens = num_tokens
         self._make_init_tokens = make_init_tokens
+        self._checkpoint_dir = checkpoint_dir
+        self._save_steps = save_checkpoint_steps
         self._seen_version = 0  # newest model version this process has trained on
+        self._version = None  # the global step of this worker's model after its last step
+        self._next_save = None  # the step at which the chief saves next by steps
+        self._state_seen = None  # the checkpoint state file's last stat seen
         self.chief_update_session = None
 
     def begin(self):
@@ -51,6 +62,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             self.chief_update_session.close()
             self.chief_update_session = None
         interrupted = self._is_chief and session.run(self._ops.update_interrupted)
+        restored = self._residuals.restored
         if self._is_chief:
             self._say_restored(session.run(self._ops.fresh_state_at))
         session.run(self._ops.hook_chief_init_op if self._is_chief
@@ -59,11 +71,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             if time.time() > deadline:
                 raise RuntimeError("tlc: the chief never initialised the model shadows")
             time.sleep(0.1)
-        # This worker's push residual: its PS copy (saved in checkpoints).
-        if self._residuals.load_op is not None:
-            session.run(self._residuals.load_op)
-            if self._is_chief:  # every worker loads its copy: they are current
-                self._residuals.current_at = int(session.run(self._residuals.global_step))
+        self._restore_push_memory(session, restored)
         version = self._full_sync.run(session)
         check_not_behind(self._seen_version, version, "chief" if self._is_chief else "worker")
         self._seen_version = max(self._seen_version, version)
@@ -74,8 +82,6 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
                 # for the tokens it would have released.
                 session.run(self._ops.restart_tokens)
             self._start_chief_updates(session, coord)
-        else:
-            self._start_residual_answers(session, coord)
 
     def _say_restored(self, restored_at):
         """One line on tlc's state after a checkpoint restore (chief)."""
@@ -84,11 +90,10 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             restored = residuals.restored
             if restored is not None and restored[1]:
                 print(f"tlc: model restored at step {restored_at} with tlc's error-feedback "
-                      "state (shadows, push residuals); pull logs and counters start fresh",
-                      flush=True)
+                      "state (shadows; push memories from the workers' shards); pull logs and "
+                      "counters start fresh", flush=True)
             else:
-                kept = "shadows, push residuals" if residuals.copies else "shadows"
-                print(f"tlc: model restored at step {restored_at}; tlc's own state ({kept}, "
+                print(f"tlc: model restored at step {restored_at}; tlc's own state (shadows, "
                       "pull logs, counters) starts fresh", flush=True)
                 return
         line = residuals.describe_restore()
@@ -96,32 +101,57 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             print(line, flush=True)
         residuals.restored = None
 
-    def _start_residual_answers(self, session, coord):
-        """A worker's thread that writes its push residual to the PS when the
-        chief saves (residuals.py); blocked on the PS's queue otherwise."""
-        answer = self._residuals.answer_op
-        if answer is None or not session.sess_str:
-            return  # no residuals, or an in-process session: no other worker
-        own = tf.compat.v1.Session(session.sess_str, graph=session.graph,
-                                   config=getattr(session, "_config", None))
+    def _restore_push_memory(self, session, restored):
+        """This worker's push memory from its shard for the global step its
+        session starts at (the one the chief restored), or zero, said in
+        one line. The chief's shards are beside its checkpoints."""
+        residuals = self._residuals
+        step = int(session.run(residuals.global_step))
+        directory = self._checkpoint_dir
+        if restored is not None:
+            directory = os.path.dirname(restored[0])
+        line = residuals.restore_shard(session, directory, step)
+        if line:
+            print(line, flush=True)
+        self._version = step
+        self._next_save = step + self._save_steps if self._save_steps else None
+        self._state_seen = self._state_stat()
 
-        def answer_requests():
-            try:
-                while not coord.should_stop():
-                    own.run(answer)
-            except (tf.errors.OpError, RuntimeError):
-                pass  # the session closed (the end) or the PS went away
+    def _state_stat(self):
+        if self._checkpoint_dir is None:
+            return None
+        try:
+            seen = os.stat(os.path.join(self._checkpoint_dir, "checkpoint"))
+        except OSError:
+            return None
+        return seen.st_mtime_ns, seen.st_size
 
-        def close_when_stopped():
-            coord.wait_for_stop()
-            own.close()
+    def _save_push_memory_if_saved(self, session):
+        """A worker after its step: its shard when the chief has just saved,
+        as the global step (saves by steps) or a shared directory's
+        checkpoint state file (any save) tells (see residuals.py)."""
+        if self._checkpoint_dir is None or not self._residuals.memories:
+            return
+        if self._next_save is not None and self._version >= self._next_save:
+            self._save_shard(session, self._version)
+            self._next_save = self._version + self._save_steps
+        seen = self._state_stat()
+        if seen is None or seen == self._state_seen:
+            return
+        self._state_seen = seen
+        latest = residuals_lib.checkpoint_steps(self._checkpoint_dir)
+        if latest and max(latest) > (self._residuals.saved_step or 0):
+            self._save_shard(session, max(latest))
 
-        threading.Thread(target=answer_requests, daemon=True,
-                         name="tlc_residual_answers").start()
-        closer = threading.Thread(target=close_when_stopped, daemon=True,
-                                  name="tlc_residual_answers_closer")
-        coord.register_thread(closer)
-        closer.start()
+    def _save_shard(self, session, step):
+        """A shard that cannot be written is said in one line: the worker
+        trains on (its memory is only lost if the job resumes from `step`)."""
+        try:
+            self._residuals.save_shard(session, self._checkpoint_dir, step)
+        except (OSError, tf.errors.OpError) as e:
+            why = e.strerror if isinstance(e, OSError) else e.message.split("\n")[0]
+            print(f"tlc: worker {self._residuals.index}: push memory not saved for step {step} "
+                  f"in {self._checkpoint_dir}: {why}", flush=True)
 
     def _start_chief_updates(self, session, coord):
         """Runs the chief's queue runner in a session of its own, closed when
@@ -162,15 +192,17 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             return
         needs_full_sync, version = run_values.results
         self._seen_version = max(self._seen_version, int(version))
+        self._version = int(version)
         if needs_full_sync:
             self._full_sync.run(run_context.session)
+        if not self._is_chief:  # the chief's shard is written by its save
+            self._save_push_memory_if_saved(run_context.session)
 
     def end(self, session):
-        if not self._is_chief:
-            try:  # the chief's last checkpoint waits for it no more
-                self._residuals.upload_at_end(session)
-            except tf.errors.OpError:
-                pass
+        if not self._is_chief and self._version is not None:
+            # The chief's last checkpoint is at the last update: this
+            # worker's last step's.
+            self._save_shard(session, self._version)
         # Wake workers still waiting for a token so that they can see the end.
         if self._is_chief:
             try:

@@ -1,45 +1,60 @@
-"""Error-feedback state in checkpoints (issue 22 point 5).
+"""Error-feedback state in checkpoints (issue 22 point 5, issue 30 point 1).
 
 Two residuals carry what compression has not sent yet:
-  - push: each worker's error memory (the compressor's variables, on the
-    worker's host, e.g. `<var>/tlc_push_memory`);
   - pull: on each PS, `master - shadow` (the shadow is what every worker
-    holds); saving the shadow saves it.
+    holds); the chief's checkpoint saves the shadow, so it saves that.
+  - push: each worker's error memory (the compressor's variables, on the
+    worker's host, e.g. `<var>/tlc_push_memory`). It is saved where it lives:
+    each worker's task writes its own shard file,
+    `tlc_push_memory-worker<i>-<step>.npz`, named by its worker index and the
+    global step of the checkpoint it goes with, atomically (a whole file or
+    none), in the directory its hook is given (the checkpoint directory when
+    the tasks share it, else the worker's own run directory). Nothing of it is
+    on the PS or crosses the training link, so neither grows with the number
+    of workers.
 
-The chief's saver reaches only the parameter servers and its own device, so
-every worker's push memory has a copy on the PS of its variable,
-`<memory>/worker_<i>`, one per worker task i < total_num_replicas. The working
-memory stays on the worker (no extra bytes per step); a copy is brought up to
-date only when the chief saves: it asks each other worker through a queue on
-the global step's PS, a thread of each worker (blocked on that queue, idle
-otherwise) writes its memory into its copies and says so, and the chief waits
-for every answer (a worker that ended has written its copies at its end; one
-that does not answer within RESIDUAL_WAIT_SECS keeps its previous copy, and the
-chief says so in one line). A worker's working memory is loaded from its PS
-copy whenever its session is created: a resumed run, a restarted worker or a
-re-created session continues from the copy (the last checkpoint's, or the
-copy the restarted PS was restored with); a copy of zeros is not sent (the
-memory keeps its own value).
+When a worker writes its shard (no message from the chief):
+  - the chief: inside its save (`Saver.save`), at the saved step, exactly;
+  - another worker, after each step: when the global step it already gets
+    back from its step reaches the chief's next save by steps (the chief's
+    CheckpointHook saves at its session's first step and every
+    `save_checkpoint_steps` after: the worker counts the same way from its
+    session's first step), and when the checkpoint state file of a shared
+    directory names a step it has no shard for (saves by time; one `stat`
+    per step, read only when it changes; the memory is then that of the step
+    the worker is at, at most a step or two after the save);
+  - at its end, at the last global step it trained on (the chief's last
+    checkpoint is at that step: the end of training is the last update).
+The state file is what a local cluster has (one run directory); a worker on
+another machine has only the step rule and its end, which is why both exist.
 
-Shadows and copies are tlc state saved by `Saver` (state.CHECKPOINTED), the
-default saver tlc puts in the graph's SAVERS collection (MonitoredSession,
+A worker's session restores its memory from its shard for the global step it
+finds when its session starts (the chief restored that step, or the PS kept
+it); with no such shard its memory starts at zero and it says so in one line.
+A fresh start (step 0) has nothing to restore. TF's recipes without the hook
+(Supervisor, a plain Session) start every memory at zero and write no shard.
+
+Shadows are tlc state saved by `Saver` (state.CHECKPOINTED), the default saver
+tlc puts in the graph's SAVERS collection (MonitoredSession,
 MonitoredTrainingSession, tlc.session.training_session); they are not global
 variables, so stock TF savers and checkpoints are unchanged. `Saver` restores
 a checkpoint without them (stock TF's, an older tlc's): the model from the
-checkpoint, tlc's state from its initial values (residuals at zero, shadows =
-masters), and the chief says so in one line.
+checkpoint, tlc's state from its initial values (shadows = masters), and the
+chief says so in one line; the workers' shards are then missing too.
 """
-import time
+import glob
+import os
+import re
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=no-name-in-module
 from tensorflow.python.training.saving import saveable_object_util  # pylint: disable=no-name-in-module
 
 from tlc.optimizer import state
 
-RESIDUAL_WAIT_SECS = 60.0
-POLL_SECS = 0.02
-ENDED = np.iinfo(np.int64).max  # a worker's answer at its end: its copies are final
+SHARD_PREFIX = "tlc_push_memory"
+KEEP_SHARDS = 5  # without a state file to say which checkpoints remain: as TF's Saver keeps
 
 
 def memory_variables(memory):
@@ -54,129 +69,109 @@ def memory_variables(memory):
     return []
 
 
-def _value_or_zeros(variable):
-    """Its value, or zeros if not initialised yet (a recipe without the hook
-    makes the memory with this load)."""
-    return tf.cond(tf.compat.v1.is_variable_initialized(variable), variable.read_value,
-                   lambda: tf.zeros(variable.shape, variable.dtype.base_dtype))
+def shard_path(directory, worker, step):
+    return os.path.join(directory, f"{SHARD_PREFIX}-worker{worker}-{int(step)}.npz")
+
+
+def _shard_steps(directory, worker):
+    pattern = re.compile(rf"{SHARD_PREFIX}-worker{worker}-(\d+)\.npz$")
+    return sorted(int(m.group(1)) for m in map(pattern.search, glob.glob(
+        os.path.join(glob.escape(directory), f"{SHARD_PREFIX}-worker{worker}-*.npz"))) if m)
+
+
+def checkpoint_steps(directory):
+    """The global steps of the checkpoints a state file lists (None: no state file)."""
+    saved = checkpoint_management.get_checkpoint_state(directory)
+    if saved is None:
+        return None
+    return {int(p.rsplit("-", 1)[1]) for p in saved.all_model_checkpoint_paths
+            if p.rsplit("-", 1)[-1].isdigit()}
 
 
 class Residuals:
-    """The PS copies of every worker's push memory and the ops around them."""
+    """This task's push memory (its shards) and the shadows the chief saves."""
 
     def __init__(self, shared, entries, memories):
         """memories: [(entry, push memory variable)] the push built."""
-        gs, config = shared.global_step, shared.config
-        self.num_workers = config.total_num_replicas
+        gs = shared.global_step
         self.index = state.worker_index(shared.worker_host)
-        self.memories = list(memories)
+        self.memories = [m for _, m in memories]
         self.shadows = [e.shadow for e in entries if e.shadow is not None]
-        self.restored = None  # set by Saver.restore in the chief: (path, loaded, missing)
-        # Chief: the global step at which every copy was last current (the
-        # copies were loaded or collected); a save at that step asks no one.
-        self.current_at = None
+        self.restored = None  # set by Saver.restore in the chief: (path, loaded, missing, other)
+        self.saved_step = None  # the step of this task's newest shard
         with tf.device(gs.device):
             self.global_step = tf.cast(gs.read_value(), tf.int64)
-        self.answer_op = self.upload_fed = self.request = self.load_op = None
-        if not self.memories:
-            self.copies, self.server_variables = [], []
-            return
-        # copies[i][j]: worker i's copy of memory j.
-        with tf.name_scope(""):
-            self.copies = [[self._copy(e, m, i) for e, m in self.memories]
-                           for i in range(self.num_workers)]
-        with tf.device(gs.device), tf.name_scope(""):
-            self.request_count = state.server_variable([], tf.int64, "tlc_residual_requests")
-            # Per worker: the request it answered last (ENDED at its end).
-            self.answered = state.server_variable([self.num_workers], tf.int64,
-                                                  "tlc_residual_answered")
-            self.queues = [tf.queue.FIFOQueue(-1, tf.int64, shapes=(),
-                                              name=f"tlc_residual_request_{i}",
-                                              shared_name=f"tlc_residual_request_{i}")
-                           for i in range(self.num_workers)]
-        self.server_variables = [v for row in self.copies for v in row] + [
-            self.request_count, self.answered]
-        if self.index >= self.num_workers:
-            return  # a task beyond total_num_replicas: no copy of its own
-        with tf.device(gs.device):
-            asked = self.request_count.assign_add(1)
-            with tf.control_dependencies([q.enqueue(asked) for i, q in enumerate(self.queues)
-                                          if i != self.index]):
-                self.request = tf.identity(asked)
-            request = self.queues[self.index].dequeue()
-        self.fed_id = tf.compat.v1.placeholder(tf.int64, [], name="tlc_residual_id")
-        self.upload_fed = self._upload(self.fed_id)
-        self.answer_op = self._upload(request)
-        self.load_op = self._load()
-
-    def _copy(self, entry, memory, worker):
-        with tf.device(entry.master.device):
-            variable = tf.compat.v1.Variable(
-                lambda: tf.zeros(memory.shape, memory.dtype.base_dtype), trainable=False,
-                name=f"{memory.op.name}/worker_{worker}", use_resource=True,
-                collections=[state.SERVER_STATE, state.CHECKPOINTED])
-        return variable
-
-    def _upload(self, request_id):
-        """This worker's memory into its PS copies, then its answer."""
-        written = []
-        for (_, memory), copy in zip(self.memories, self.copies[self.index]):
-            with tf.device(copy.device):
-                written.append(copy.assign(memory.read_value(), read_value=False))
-        with tf.control_dependencies(written), tf.device(self.answered.device):
-            return tf.compat.v1.scatter_update(self.answered, [self.index], [request_id]).op
-
-    def _load(self):
-        """This worker's PS copies into its memory where a copy holds a
-        residual (restored or written); its answer reset (a worker back after
-        its end). A copy of zeros (never written, or made again on a
-        restarted PS) is not sent: the memory keeps what it holds (zeros in a
-        new process, the live residual in a re-created session), and a fresh
-        start moves no model-sized copy per worker."""
-        loads = []
-        for (_, memory), copy in zip(self.memories, self.copies[self.index]):
-            with tf.device(copy.device):
-                held = tf.cond(tf.compat.v1.is_variable_initialized(copy),
-                               lambda c=copy: tf.reduce_any(tf.not_equal(c.read_value(), 0)),
-                               lambda: tf.constant(False))
+        self._loads = []
+        for memory in self.memories:
             with tf.device(memory.device):
-                value = tf.cond(held, copy.read_value, lambda m=memory: _value_or_zeros(m))
-                loads.append(memory.assign(value, read_value=False))
-        with tf.device(self.answered.device):
-            reset = tf.cond(tf.compat.v1.is_variable_initialized(self.answered),
-                            lambda: tf.compat.v1.scatter_update(self.answered, [self.index],
-                                                                [0]).op,
-                            tf.no_op)
-        return tf.group(*loads, reset)
+                fed = tf.compat.v1.placeholder(memory.dtype.base_dtype, memory.shape,
+                                               name=f"{memory.op.name}/tlc_restore")
+                self._loads.append((fed, memory.assign(fed, read_value=False)))
 
-    def collect(self, session, timeout=RESIDUAL_WAIT_SECS):
-        """Chief, before a save: every worker's memory into its PS copies."""
-        if self.request is None:
+    def save_shard(self, session, directory, step):
+        """This task's memory into its shard for `step`, written whole or not
+        at all (a temporary file renamed); a shard of that step kept (the
+        memory it holds is the one that goes with the checkpoint)."""
+        if not self.memories or directory is None or step <= 0:
+            return  # at step 0 the memory is zero: nothing to restore
+        path = shard_path(directory, self.index, step)
+        if self.saved_step == step or os.path.exists(path):
+            self.saved_step = step
             return
-        step = int(session.run(self.global_step))
-        if self.current_at is not None and step <= self.current_at:
-            return  # no step since the copies were loaded or collected
-        self.current_at = step
-        asked = int(session.run(self.request))
-        session.run(self.upload_fed, {self.fed_id: asked})
-        deadline = time.time() + timeout
-        while True:
-            answered = session.run(self.answered)
-            late = [i for i in range(self.num_workers) if answered[i] < asked]
-            if not late:
-                return
-            if time.time() > deadline:
-                print(f"tlc: checkpoint: worker{'s' * (len(late) > 1)} "
-                      f"{', '.join(map(str, late))} did not send {'their' if len(late) > 1 else 'its'} "
-                      f"push residual within {timeout:.0f} s; the checkpoint keeps the previous one",
-                      flush=True)
-                return
-            time.sleep(POLL_SECS)
+        values = session.run(self.memories)
+        os.makedirs(directory, exist_ok=True)
+        temporary = f"{path}.tmp{os.getpid()}"
+        with open(temporary, "wb") as f:
+            np.savez(f, **{m.op.name: v for m, v in zip(self.memories, values)})
+        os.replace(temporary, path)
+        self.saved_step = step
+        self._prune(directory, step)
 
-    def upload_at_end(self, session):
-        """A worker at its end: its copies final, the chief waits no more."""
-        if self.upload_fed is not None:
-            session.run(self.upload_fed, {self.fed_id: ENDED})
+    def _prune(self, directory, newest):
+        """Deletes this task's shards of checkpoints the chief has deleted
+        (or, with no state file, all but the newest KEEP_SHARDS)."""
+        steps = _shard_steps(directory, self.index)
+        kept = checkpoint_steps(directory)
+        if kept is None:
+            gone = steps[:-KEEP_SHARDS]
+        else:
+            oldest = min(kept | {newest})
+            gone = [s for s in steps if s < oldest]
+        for step in gone:
+            try:
+                os.remove(shard_path(directory, self.index, step))
+            except FileNotFoundError:
+                pass
+
+    def restore_shard(self, session, directory, step):
+        """This task's memory from its shard for `step`; None, or the one line
+        saying it starts at zero (the memory keeps its initial zeros)."""
+        self.saved_step = None
+        if not self.memories or step <= 0:
+            return None
+        who = f"tlc: worker {self.index}: push memory"
+        if directory is None:
+            return f"{who} starts at zero at step {step}: no directory for its shards"
+        path = shard_path(directory, self.index, step)
+        try:
+            with np.load(path) as shard:
+                feed = {}
+                for (fed, _), memory in zip(self._loads, self.memories):
+                    value = shard[memory.op.name]
+                    if value.shape != tuple(memory.shape.as_list()):
+                        return (f"{who} starts at zero at step {step}: {path} holds "
+                                f"{memory.op.name} with shape {value.shape}, not "
+                                f"{tuple(memory.shape.as_list())}")
+                    feed[fed] = value
+        except FileNotFoundError:
+            return f"{who} starts at zero at step {step}: no shard {path}"
+        except KeyError as e:
+            return f"{who} starts at zero at step {step}: {path} holds no {e.args[0]}"
+        except (OSError, ValueError) as e:
+            return f"{who} starts at zero at step {step}: {path} is unreadable ({e})"
+        session.run([load for _, load in self._loads], feed)
+        self.saved_step = step
+        return None
 
     def describe_restore(self):
         """The chief's line about tlc's state after a restore, or None."""
@@ -185,14 +180,11 @@ class Residuals:
         path, loaded, missing, other_shapes = self.restored
         if not missing:
             return None
-        what = [n for n, vs in (("shadows", self.shadows),
-                                ("push residuals", [v for row in self.copies for v in row]))
-                if any(v in missing for v in vs)]
-        return (f"tlc: checkpoint {path} holds no {' and no '.join(what)} for "
+        return (f"tlc: checkpoint {path} holds no shadows for "
                 f"{len(missing)} of {len(missing) + len(loaded)} tlc variables"
                 + (f" ({other_shapes} saved with other shapes: variables sliced for another "
                    "number of parameter servers)" if other_shapes else "")
-                + ": they start fresh (residuals at zero, shadows = masters)")
+                + ": they start fresh (shadows = masters)")
 
 
 def checkpointed_state(graph=None):
@@ -200,9 +192,9 @@ def checkpointed_state(graph=None):
 
 
 class Saver(tf.compat.v1.train.Saver):
-    """TF's Saver over the global variables plus tlc's error-feedback state
-    (shadows, every worker's push residual): saves after collecting the
-    workers' residuals; restores a checkpoint with or without tlc's state."""
+    """TF's Saver over the global variables plus tlc's shadows: a save also
+    writes this task's push-memory shard beside the checkpoint; restores a
+    checkpoint with or without tlc's state."""
 
     def __init__(self, residuals):
         super().__init__(sharded=True, allow_empty=True, defer_build=True)
@@ -223,9 +215,15 @@ class Saver(tf.compat.v1.train.Saver):
         super().build()
 
     def save(self, sess, save_path, global_step=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
-        for residuals in self._residuals:
-            residuals.collect(sess)
-        return super().save(sess, save_path, global_step, *args, **kwargs)
+        path = super().save(sess, save_path, global_step, *args, **kwargs)
+        if global_step is not None:
+            step = global_step if isinstance(global_step, int) else int(
+                tf.compat.v1.train.global_step(sess, global_step))
+            # Before the state file names the checkpoint (CheckpointHook): a
+            # resume from it finds the chief's shard.
+            for residuals in self._residuals:
+                residuals.save_shard(sess, os.path.dirname(save_path), step)
+        return path
 
     def restore(self, sess, save_path):
         if self._model_saver is None:
@@ -251,7 +249,7 @@ def install_saver(residuals):
     """Makes tlc's Saver the graph's default saver (before the Scaffold
     picks one), unless a saver is there already or there is no tlc state."""
     graph = tf.compat.v1.get_default_graph()
-    if not checkpointed_state(graph) or graph.finalized:
+    if not (checkpointed_state(graph) or residuals.memories) or graph.finalized:
         return None
     savers = graph.get_collection_ref(tf.compat.v1.GraphKeys.SAVERS)
     if savers:

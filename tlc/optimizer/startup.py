@@ -4,7 +4,6 @@ own recipes (Supervisor, a plain Session) use only this object."""
 import tensorflow as tf
 
 from tlc import replica
-from tlc.optimizer import residuals as residuals_lib
 from tlc.optimizer import state
 from tlc.optimizer.residuals import Residuals
 
@@ -21,7 +20,7 @@ class SessionOps:
         self.step_op_names = {train_op.op.name, step.needs_full_sync.op.name,
                               step.version_after_step.op.name}
         # The hook's: it initialises the rest itself (recovery, full sync,
-        # residual load) around them.
+        # push memory from its shard) around them.
         # A new session counts itself first: a step of an older session still
         # waiting on the PS gives back any token it gets (worker_step.take_token).
         session_counted = ([] if shared.worker_index is None
@@ -37,9 +36,8 @@ class SessionOps:
         # TF's recipes without the hook (Supervisor, a plain Session) run only
         # chief_init_op / local_step_init_op: they also make this worker's
         # own state (counters, memories, local copies, version).
-        own_state = _worker_state_init(shared, made_local, self.residuals)
+        own_state = _worker_state_init(shared, made_local)
         ensured = [state.ensure_initialized(v) for v in server.variables]
-        ensured += [state.ensure_initialized(v) for v in self.residuals.server_variables]
         # A shadow made now starts as its master; one restored from a
         # checkpoint, or kept by its PS, stays.
         ensured += [state.ensure_initialized(e.shadow, e.master.read_value)
@@ -110,22 +108,16 @@ def config_tokens(shared):
     return shared.config.tokens_per_step
 
 
-def _worker_state_init(shared, made_local, residuals):
+def _worker_state_init(shared, made_local):
     """This worker's tlc state, as a session without the hook needs it: the
     traffic counters made if missing (they outlive sessions), every local
-    variable apply_gradients made reset to its initial value, the push
-    memories loaded from their PS copies (zero where none is made yet)."""
+    variable apply_gradients made reset to its initial value (push memories
+    at zero: their shards are the hook's, see residuals.py)."""
     # Set by the init ops themselves (is_chief: True by the chief's only).
     keep = {shared.worker.local_version.ref(), shared.local_step.ref(),
             shared.worker.is_chief.ref()}
-    memories = set()
-    if residuals.load_op is not None:
-        memories = {v.ref() for _, m in residuals.memories
-                    for v in residuals_lib.memory_variables(m)}
     ops = [state.ensure_initialized(v) for v in shared.worker.persistent_variables]
-    ops += [v.initializer for v in made_local if v.ref() not in keep | memories]
-    if residuals.load_op is not None:
-        ops.append(residuals.load_op)
+    ops += [v.initializer for v in made_local if v.ref() not in keep]
     return tf.group(*ops, name="tlc_worker_state_init")
 
 

@@ -169,11 +169,15 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
                              f"vs {tokens_needed} (needed)")
         return built.session_ops.init_tokens(num_tokens)
 
-    def make_session_run_hook(self, is_chief, num_tokens=-1):
+    def make_session_run_hook(self, is_chief, num_tokens=-1, checkpoint_dir=None,
+                              save_checkpoint_steps=None):
+        """checkpoint_dir, save_checkpoint_steps: where this worker keeps its
+        push-memory shards and the chief's save interval (residuals.py)."""
         # The pieces are looked up when the session begins: TF's hook may be
         # made before minimize().
         return SyncReplicasHook(lambda: self._built, is_chief, num_tokens,
-                                lambda: self.get_init_tokens_op(num_tokens))
+                                lambda: self.get_init_tokens_op(num_tokens),
+                                checkpoint_dir, save_checkpoint_steps)
 
     # What TF's recipes run (Supervisor, a plain Session), as TF names them.
     @property
