@@ -85,8 +85,9 @@ def test_checkpoints_at_start_end_and_by_time(tmp_path):
 
 @needs_root
 def test_full_disk_keeps_the_last_complete_checkpoint_and_resumes(tmp_path):
-    # A checkpoint of this model is ~32.1 MiB (model, momentum, shadows and
-    # both workers' push residuals): 80 MiB holds two, not a third.
+    # A checkpoint of this model is ~19.3 MiB (model, momentum, shadows),
+    # and each worker's push-memory shard beside it 6.4 MB: 80 MiB holds two
+    # checkpoints with their shards, not a third.
     with tmpfs(tmp_path / "disk", "80m") as disk:
         logdir = disk / "run"
         code, out = train(logdir, "--steps=60", "--checkpoint_steps=10", "--checkpoint_secs=0")

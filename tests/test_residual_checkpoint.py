@@ -17,6 +17,8 @@ tlc.session.training_session.
 import glob
 import os
 import shutil
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -318,3 +320,35 @@ def test_a_save_moves_no_push_memory(tmp_path):
     finally:
         close(job)
     assert sent[1] < memory_bytes, (sent, memory_bytes)
+
+
+@pytest.mark.slow
+def test_resumed_job_continues_from_the_saved_memories(tmp_path):
+    """The main job (launcher, one run directory): resumed, every worker
+    loads its shard of the restored step (nobody says it starts at zero);
+    resumed again with worker 1's shard deleted, worker 1 alone says so in
+    one line."""
+    from test_faults import BASE_FLAGS, ROOT  # pylint: disable=import-outside-toplevel
+    logdir = tmp_path / "run"
+
+    def train(steps):
+        proc = subprocess.run([sys.executable, "-m", "tlc.train", *BASE_FLAGS, f"--steps={steps}",
+                               "--checkpoint_secs=0", "--eval_every=0", f"--logdir={logdir}"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        # Each task's own output (the launcher echoes the chief's too).
+        out = "".join(p.read_text() for p in sorted(logdir.glob("worker*.log")))
+        return [line for line in out.splitlines() if "push memor" in line]
+
+    assert not train(3)
+    shards = logdir / "checkpoints"
+    assert sorted(p.name for p in shards.glob("tlc_push_memory-*")) == [
+        "tlc_push_memory-worker0-3.npz", "tlc_push_memory-worker1-3.npz"]
+    lines = train(5)
+    assert lines == ["tlc: model restored at step 3 with tlc's error-feedback state (shadows; "
+                     "push memories from the workers' shards); pull logs and counters start "
+                     "fresh"], lines
+    (shards / "tlc_push_memory-worker1-5.npz").unlink()
+    lines = train(6)
+    assert lines[1:] == ["tlc: worker 1: push memory starts at zero at step 5: no shard "
+                         f"{shards}/tlc_push_memory-worker1-5.npz"], lines

@@ -126,13 +126,15 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             return None
         return seen.st_mtime_ns, seen.st_size
 
-    def _save_push_memory_if_saved(self, session):
+    def _save_push_memory_if_saved(self, session, before):
         """A worker after its step: its shard when the chief has just saved,
         as the global step (saves by steps) or a shared directory's
-        checkpoint state file (any save) tells (see residuals.py)."""
+        checkpoint state file (any save) tells (see residuals.py). By steps
+        as tlc.session.CheckpointHook decides: on the global step it fetched
+        in its step (the one before the step's update), saving the one after."""
         if self._checkpoint_dir is None or not self._residuals.memories:
             return
-        if self._next_save is not None and self._version >= self._next_save:
+        if self._next_save is not None and before is not None and before >= self._next_save:
             self._save_shard(session, self._version)
             self._next_save = self._version + self._save_steps
         seen = self._state_stat()
@@ -192,11 +194,11 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             return
         needs_full_sync, version = run_values.results
         self._seen_version = max(self._seen_version, int(version))
-        self._version = int(version)
+        before, self._version = self._version, int(version)
         if needs_full_sync:
             self._full_sync.run(run_context.session)
         if not self._is_chief:  # the chief's shard is written by its save
-            self._save_push_memory_if_saved(run_context.session)
+            self._save_push_memory_if_saved(run_context.session, before)
 
     def end(self, session):
         if not self._is_chief and self._version is not None:

@@ -121,9 +121,14 @@ class Residuals:
         values = session.run(self.memories)
         os.makedirs(directory, exist_ok=True)
         temporary = f"{path}.tmp{os.getpid()}"
-        with open(temporary, "wb") as f:
-            np.savez(f, **{m.op.name: v for m, v in zip(self.memories, values)})
-        os.replace(temporary, path)
+        try:
+            with open(temporary, "wb") as f:
+                np.savez(f, **{m.op.name: v for m, v in zip(self.memories, values)})
+            os.replace(temporary, path)
+        except OSError:
+            if os.path.exists(temporary):  # a full disk: no partial file left behind
+                os.remove(temporary)
+            raise
         self.saved_step = step
         self._prune(directory, step)
 

@@ -14,7 +14,8 @@ from tlc.optimizer import timing
 
 PERSISTENT = "tlc_persistent_local_variables"  # worker counters: initialised once per process
 SERVER_STATE = "tlc_server_state"  # PS-side tlc state, initialised by the chief
-# The part of it that checkpoints hold (shadows, push residuals): saved by
+# The part of it that checkpoints hold (shadows; push memories are the
+# workers' own shards): saved by
 # residuals.Saver, not by stock TF savers (residuals.py).
 CHECKPOINTED = "tlc_checkpointed_state"
 
