@@ -277,7 +277,8 @@ def test_ps_state_and_checkpoint_do_not_grow_with_workers(tmp_path):
         finally:
             close(job)
         data = sum(os.path.getsize(p) for p in glob.glob(checkpoint_dir + "/model.ckpt-1.data-*"))
-        shards = sorted(os.path.basename(p) for p in glob.glob(checkpoint_dir + "/tlc_push_memory-*"))
+        shards = sorted(os.path.basename(p)
+                        for p in glob.glob(checkpoint_dir + "/tlc_push_memory-*"))
         measured[num_workers] = (on_ps, data, shards)
     (ps2, data2, shards2), (ps3, data3, shards3) = measured[2], measured[3]
     assert 0 <= ps3 - ps2 <= 64 < N * 4, measured
