@@ -32,16 +32,18 @@ DEFAULT_BLOCK_SIZE = 1000
 class ThreeLC(Compressor):
     """3-value quantization, sparsity multiplier s in [1, 2), error feedback.
 
-    `scaling`: "tensor" takes m = s * max|x + e| over the whole tensor (the
-    3LC paper's); "block" takes it per block of `block_size` consecutive
-    values (a multiple of 5), one float32 scale per block on the wire.
+    `scaling`: "block" (default) takes m = s * max|x + e| per block of
+    `block_size` consecutive values (a multiple of 5), one float32 scale per
+    block on the wire; "tensor" takes it over the whole tensor (the 3LC
+    paper's), which stops large tensors training at s >= 1.75
+    (docs/RESULTS.md).
     `adaptive` (default) lets each tensor and step pick the smaller of the
     zero-run and the Golomb/sign encodings (docs/FORMAT.md).
     """
 
     uses_memory = True
 
-    def __init__(self, sparsity_multiplier=1.0, adaptive=True, scaling="tensor",
+    def __init__(self, sparsity_multiplier=1.0, adaptive=True, scaling="block",
                  block_size=DEFAULT_BLOCK_SIZE):
         s = float(sparsity_multiplier)
         if not 1.0 <= s < 2.0:
@@ -89,7 +91,7 @@ class ControlledThreeLC(ThreeLC):
     """3LC whose s is read every step from `knob` (SparsityController's
     choice), clamped to [1, 2). Pulls use the fixed sparsity_multiplier."""
 
-    def __init__(self, sparsity_multiplier=1.0, adaptive=True, scaling="tensor",
+    def __init__(self, sparsity_multiplier=1.0, adaptive=True, scaling="block",
                  block_size=DEFAULT_BLOCK_SIZE):
         super().__init__(sparsity_multiplier, adaptive, scaling, block_size)
         self.knob = None

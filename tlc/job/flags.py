@@ -44,8 +44,9 @@ flags.DEFINE_enum("sync", "tlc", ["tlc", "tf"], "tlc: tlc.SyncReplicasOptimizer 
 flags.DEFINE_string("compressor", "3lc", "Registered compressor name (tlc.compressors.names()).")
 flags.DEFINE_float("sparsity_multiplier", 1.0, "3LC sparsity multiplier s in [1, 2).")
 flags.DEFINE_bool("adaptive", True, "3LC: pick the smaller of zero-run and Golomb encodings.")
-flags.DEFINE_enum("scaling", "tensor", ["tensor", "block"], "3LC: one scale m per tensor (the "
-                  "paper's) or one per block of --block_size values (docs/FORMAT.md 1.1).")
+flags.DEFINE_enum("scaling", "block", ["tensor", "block"], "3LC: one scale m per block of "
+                  "--block_size values (docs/FORMAT.md 1.1) or one per tensor (the paper's; "
+                  "large tensors stop training at s >= 1.75).")
 flags.DEFINE_integer("block_size", 1000, "3LC with --scaling=block: values per scale (a "
                      "positive multiple of 5).")
 flags.DEFINE_string("compressor_args", "", "Compressor parameters, e.g. p=0.01,delay=2 for sbc.")
