@@ -12,6 +12,19 @@ from tlc.optimizer import residuals as residuals_lib
 from tlc.optimizer.recovery import check_not_behind
 
 
+def session_tasks(graph, worker_host):
+    """Device filters for a session of this worker: its own task and every
+    task of another job that `graph` places ops on, e.g.
+    ["/job:ps/task:0", "/job:worker/task:1"] for worker 1."""
+    own = tf.DeviceSpec.from_string(worker_host)
+    tasks = {f"/job:{own.job}/task:{own.task or 0}"}
+    for op in graph.get_operations():
+        spec = tf.DeviceSpec.from_string(op.device)
+        if spec.job and spec.job != own.job:
+            tasks.add(f"/job:{spec.job}/task:{spec.task or 0}")
+    return sorted(tasks)
+
+
 class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
     """Initialises tokens and local state, runs the chief's queue runner, and
     resyncs a worker that fell too far behind."""
@@ -166,10 +179,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             # An in-process session keeps its state to itself: share it.
             runner.create_threads(session, coord=coord, daemon=True, start=True)
             return
-        # The training session's target and config (device filters): private
-        # attribute, no public accessor.
-        own = tf.compat.v1.Session(session.sess_str, graph=session.graph,
-                                   config=getattr(session, "_config", None))
+        own = self._own_session(session)
         self.chief_update_session = own  # closing it is what a chief's death does to the update
         threads = runner.create_threads(own, coord=coord, daemon=True, start=True)
 
@@ -182,6 +192,22 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
                                   name="tlc_chief_update_closer")
         coord.register_thread(closer)
         closer.start()
+
+    def _own_session(self, session):
+        """A session of the hook's own beside the training session: same
+        target and options, but device filters naming only this worker and
+        the tasks of the other jobs the graph uses (the parameter servers),
+        whatever the training session's filters. Without filters a session
+        spans every worker: it waits for all of them to start and, closed
+        after another worker has exited, logs "UNAVAILABLE ... failed to
+        connect ... DeleteWorkerSession" for it."""
+        config = tf.compat.v1.ConfigProto()
+        # The training session's config: a private attribute, no public accessor.
+        if getattr(session, "_config", None) is not None:
+            config.CopyFrom(session._config)  # pylint: disable=protected-access
+        del config.device_filters[:]
+        config.device_filters.extend(session_tasks(session.graph, self._ops.worker_host))
+        return tf.compat.v1.Session(session.sess_str, graph=session.graph, config=config)
 
     def before_run(self, run_context):
         if _fetches_any(run_context.original_args.fetches, self._ops.step_op_names):

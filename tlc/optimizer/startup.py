@@ -15,6 +15,7 @@ class SessionOps:
         sparse pushes' row errors, tlc's own)."""
         gs, server, worker = shared.global_step, shared.server, shared.worker
         self.chief_queue_runner = step.chief_queue_runner
+        self.worker_host = shared.worker_host  # the hook's own sessions reach only it and the PSs
         self.needs_full_sync = step.needs_full_sync
         self.version_after_step = step.version_after_step
         self.step_op_names = {train_op.op.name, step.needs_full_sync.op.name,
