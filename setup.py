@@ -3,8 +3,16 @@
 Both compile the same C++ core in custom_ops/core. The TF op library uses
 exactly TensorFlow's own compile and link flags (tf.sysconfig), so it matches
 the installed TensorFlow's C++ ABI. Build in place for development with
-`python setup.py build_ext --inplace`, or install with
-`pip install --no-build-isolation .`.
+`python setup.py build_ext --inplace`, or install with `pip install .`.
+
+Which TensorFlow: the one already installed in the environment tlc goes into
+(tensorflow, tensorflow-cpu, a GPU build: any distribution of the pinned
+TensorFlow's minor version) when there is one; tlc then requires no other.
+Otherwise the pin of requirements.txt, needed both to build and to run. The
+TensorFlow the ops were compiled against is recorded in tlc/_build_info.py;
+tlc checks it at import. pip builds with the project's own build/ directory:
+the extensions always compile again (never a library left there by an
+earlier build against another TensorFlow).
 
 Every object file of both extensions compiles at once on all cores, with one
 progress line per file on stderr ("setup: [3/17] compiling ...") and, every
@@ -13,7 +21,10 @@ compiling.
 """
 import concurrent.futures
 import glob
+import json
 import os
+import re
+import subprocess
 import sys
 import threading
 import time
@@ -29,11 +40,97 @@ TF_SOURCES = sorted(glob.glob("custom_ops/tf/*_ops.cc") + glob.glob("custom_ops/
 # float32 error and decoded values (workers must match the server bit for bit).
 COMMON_FLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wno-sign-compare"]
 OPS_LIBRARY = "tlc._tlc_ops"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def pinned_tensorflow():
+    """requirements.txt's TensorFlow requirement, e.g. "tensorflow-cpu==2.21.0"."""
+    with open(os.path.join(HERE, "requirements.txt"), encoding="utf-8") as f:
+        pins = [line.split("#")[0].strip() for line in f]
+    (pin,) = [p for p in pins if re.match(r"tensorflow(-cpu)?==", p)]
+    return pin
+
+
+def minor_version(version):
+    return ".".join(version.split(".")[:2])
+
+
+# A child interpreter without pip's build-isolation variables sees the
+# packages of the environment tlc is installed into (pip hides them from the
+# build's own interpreter). It lists distributions, it imports nothing.
+_FIND_TENSORFLOW = """
+import json, re
+from importlib import metadata
+found = []
+for dist in metadata.distributions():
+    top = (dist.read_text("top_level.txt") or "").split()
+    if "tensorflow" in top or (not top and any(str(f) == "tensorflow/__init__.py"
+                                               for f in dist.files or ())):
+        found.append([re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower(), dist.version])
+print(json.dumps(found))
+"""
+# The flags to compile against the TensorFlow of that environment.
+_TENSORFLOW_FLAGS = """
+import json, os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import tensorflow as tf
+print(json.dumps([tf.version.VERSION, tf.sysconfig.get_compile_flags(),
+                  tf.sysconfig.get_link_flags()]))
+"""
+
+
+def _in_target_environment(program):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
+    out = subprocess.run([sys.executable, "-c", program], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def installed_tensorflow():
+    """(distribution, version) of the TensorFlow in the environment tlc is
+    installed into, or None. Stops the build on a TensorFlow of another
+    minor version than the pin: the ops are written for that one, and
+    pulling in the pinned one would install a second TensorFlow over it."""
+    found = _in_target_environment(_FIND_TENSORFLOW)
+    if not found:
+        return None
+    name, version = found[0]
+    pin = pinned_tensorflow()
+    wanted = minor_version(pin.split("==")[1])
+    if minor_version(version) != wanted:
+        sys.exit(f"tlc: this environment has {name} {version}; tlc's ops are built for "
+                 f"TensorFlow {wanted}.x: upgrade it (pip install {name}=={pin.split('==')[1]}) "
+                 "or install tlc into an environment without TensorFlow")
+    return name, version
+
+
+TARGET_TENSORFLOW = installed_tensorflow()
+
+
+def tensorflow_to_build_against():
+    """(distribution, version, compile flags, link flags): the target
+    environment's TensorFlow if it has one, else the pinned one that pip put in
+    the build environment (and that tlc then requires)."""
+    if TARGET_TENSORFLOW:
+        version, compile_flags, link_flags = _in_target_environment(_TENSORFLOW_FLAGS)
+        return TARGET_TENSORFLOW[0], version, compile_flags, link_flags
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # no start-up notices
+    try:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        sys.exit(f"tlc: building the ops needs TensorFlow ({pinned_tensorflow()}); "
+                 f"pip install {pinned_tensorflow()}, or build with plain `pip install .`")
+    return (pinned_tensorflow().split("==")[0], tf.version.VERSION,
+            tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags())
 
 
 class BuildExt(build_ext):
     """Adds pybind11 / TensorFlow flags to the two extensions and compiles
     all their object files in parallel."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.force = True  # a library left in build/ may be for another TensorFlow
 
     def build_extensions(self):
         self.check_extensions_list(self.extensions)
@@ -132,18 +229,30 @@ class BuildExt(build_ext):
     def _set_flags(self):
         for ext in self.extensions:
             if ext.name == OPS_LIBRARY:
-                os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # no start-up notices
-                import tensorflow as tf  # only needed for the op library
-
-                ext.extra_compile_args = (COMMON_FLAGS + tf.sysconfig.get_compile_flags()
+                distribution, version, compile_flags, link_flags = tensorflow_to_build_against()
+                print(f"setup: building the ops against {distribution} {version}",
+                      file=sys.stderr, flush=True)
+                ext.extra_compile_args = (COMMON_FLAGS + compile_flags
                                           + ["-Wno-deprecated-declarations"])
-                ext.extra_link_args = tf.sysconfig.get_link_flags()
+                ext.extra_link_args = link_flags
+                self._write_build_info(distribution, version)
             else:
                 import pybind11
 
                 ext.include_dirs.append(pybind11.get_include())
                 ext.extra_compile_args = COMMON_FLAGS + ["-std=c++17", "-fvisibility=hidden"]
             ext.extra_link_args = list(ext.extra_link_args or []) + ["-pthread"]
+
+    def _write_build_info(self, distribution, version):
+        """tlc/_build_info.py beside the op library: the TensorFlow it links
+        against, checked at import (tlc.check_tensorflow)."""
+        path = os.path.join(os.path.dirname(self.get_ext_fullpath(OPS_LIBRARY)), "_build_info.py")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write('"""Written by setup.py when it built _tlc_ops.so."""\n'
+                    f"TF_DISTRIBUTION = {distribution!r}\n"
+                    f"TF_VERSION = {version!r}\n"
+                    f"SOURCE = {HERE!r}\n")
 
     def get_ext_filename(self, ext_name):
         # tf.load_op_library wants a plain shared library with a fixed name.
@@ -167,6 +276,8 @@ setup(
     ],
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.9",
-    install_requires=["numpy", "absl-py"],
-    extras_require={"tf": ["tensorflow-cpu==2.21.0"]},
+    # TensorFlow: needed to build (its headers) and to run, unless the target
+    # environment has one already (a GPU build, say): then no second one.
+    setup_requires=[] if TARGET_TENSORFLOW else [pinned_tensorflow()],
+    install_requires=["numpy", "absl-py"] + ([] if TARGET_TENSORFLOW else [pinned_tensorflow()]),
 )

@@ -113,7 +113,7 @@ def test_build_is_parallel_with_a_line_per_file(tmp_path):
     """The build of a copy of the sources: every object file announced once,
     each link too; with a 0.2 s progress interval, "still compiling" lines
     name files (TensorFlow's headers alone take seconds)."""
-    for name in ("setup.py", "custom_ops", "tlc"):
+    for name in ("setup.py", "requirements.txt", "custom_ops", "tlc"):  # requirements: the TF pin
         src = os.path.join(ROOT, name)
         dst = tmp_path / name
         if os.path.isdir(src):

@@ -8,11 +8,17 @@ import os
 
 import tensorflow as tf
 
+import tlc
+
 _LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_tlc_ops.so")
 if not os.path.exists(_LIBRARY):
     raise ImportError(
         f"{_LIBRARY} is missing: build it with `python setup.py build_ext --inplace` "
-        "or `pip install --no-build-isolation .`")
+        "or `pip install .`")
+# Another TensorFlow than the library's: one line here, not a symbol error.
+_MISMATCH = tlc._tensorflow_error(tf.version.VERSION)  # pylint: disable=protected-access
+if _MISMATCH:
+    raise ImportError(_MISMATCH)
 _ops = tf.load_op_library(_LIBRARY)
 
 
