@@ -81,6 +81,7 @@ ROWS = [
     ("--compress_threshold", ["--compress_threshold=-1"]),
     ("--logdir", ["--logdir=/proc/tlc-run"]),
     ("--log_every", ["--log_every=0"]),
+    ("--trace_steps", ["--trace_steps=-1"]),
     ("--checkpoint_steps", ["--checkpoint_steps=-1"]),
     ("--checkpoint_secs", ["--checkpoint_secs=inf"]),
     ("--unreachable_timeout", ["--unreachable_timeout=nan"]),

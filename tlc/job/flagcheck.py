@@ -78,6 +78,7 @@ ALLOWED = {
     "compress_threshold": "an integer >= 0",
     "logdir": "a writable directory",
     "log_every": "an integer >= 1",
+    "trace_steps": "an integer >= 0 (0: off)",
     "checkpoint_steps": "an integer >= 0 (0: not by steps)",
     "checkpoint_secs": "a finite number of seconds >= 0 (0: not by time)",
     "unreachable_timeout": "a finite number of seconds > 0",
@@ -139,7 +140,8 @@ def errors(flags):
         found.append("--compressor=3lc_auto needs --push_budget (seconds a push may take)")
     for flag in AT_LEAST_ONE:
         refuse_unless(getattr(flags, flag) >= 1, flag)
-    for flag in ("eval_every", "checkpoint_steps", "compress_threshold", "task_index"):
+    for flag in ("eval_every", "checkpoint_steps", "compress_threshold", "task_index",
+                 "trace_steps"):
         refuse_unless(getattr(flags, flag) >= 0, flag)
     for flag in ("learning_rate", "unreachable_timeout", "stall_timeout", "timeout"):
         number(flag, 0.0, low_ok=False)

@@ -59,6 +59,9 @@ flags.DEFINE_integer("compress_threshold", 1024, "Tensors with fewer elements go
 # Output.
 flags.DEFINE_string("logdir", None, "Run directory: task logs, TensorBoard, checkpoints, "
                     "summary.json (default: runs/<time>).")
+flags.DEFINE_integer("trace_steps", 0, "Trace this many steps of each worker after a short "
+                     "warm-up: a Chrome trace per worker and step and timeline.png in the run "
+                     "directory, wire time under compute in the summary (0: off).")
 flags.DEFINE_integer("log_every", 50, "Print progress every this many steps.")
 flags.DEFINE_integer("checkpoint_steps", 0, "Chief also saves a checkpoint every this many "
                      "steps (0: not by steps). It always saves at the start and the end.")

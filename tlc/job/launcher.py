@@ -9,6 +9,7 @@ import threading
 import time
 
 from tlc.job import cluster as cl
+from tlc.job import trace
 
 # Flags that describe the task, set per process by the launcher.
 _TASK_FLAGS = ("--cluster", "--job_name", "--task_index", "--logdir")
@@ -109,6 +110,9 @@ def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=Non
         "logdir": logdir,
         "workers": reports,
     }
+    traced = [r["trace"]["steps"] for r in reports if r.get("trace")]
+    if traced:
+        summary["wire_under_compute"] = trace.wire_under_compute(traced)
     if wire_bytes is not None:
         summary["wire_bytes"] = wire_bytes
     if rate_changes:

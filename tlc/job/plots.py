@@ -2,8 +2,10 @@
 
 worker0_steps.json holds every step of the chief (loss, bytes pushed and
 pulled); worker0.json holds its test accuracies (periodic with --eval_every,
-and the final one on the whole test set).
+and the final one on the whole test set). With --trace_steps, each worker's
+report holds its traced steps' phases (tlc/job/trace.py): TIMELINE.
 """
+import glob
 import json
 import os
 
@@ -11,6 +13,9 @@ import numpy as np
 
 STEPS_FILE = "worker0_steps.json"
 PLOTS = ("loss.png", "accuracy.png", "traffic.png")
+TIMELINE = "timeline.png"
+PHASE_COLOURS = {"compute": "tab:blue", "push": "tab:orange", "wait": "tab:gray",
+                 "pull": "tab:green"}
 WALL_TIME = "wall time since the chief started (s)"
 
 
@@ -39,7 +44,54 @@ def write(logdir):
         fig.savefig(path, dpi=90)
         plt.close(fig)
         paths.append(path)
+    traced = _traced_steps(logdir)
+    if traced:
+        paths.append(timeline(traced, os.path.join(logdir, TIMELINE), chief, plt))
     return paths
+
+
+def _traced_steps(logdir):
+    """{worker index: its traced steps' phases} from the workers' reports."""
+    traced = {}
+    for path in glob.glob(os.path.join(logdir, "worker*.json")):
+        if path.endswith("_steps.json"):
+            continue
+        with open(path, encoding="utf-8") as f:
+            report = json.load(f)
+        if report.get("trace"):
+            traced[report["task"]] = report["trace"]["steps"]
+    return traced
+
+
+def timeline(traced, path, chief, plt):
+    """One row per worker, a lane per phase, a bar per interval, on one
+    wall-clock axis (ms since the first traced step began)."""
+    origin = min(a for steps in traced.values() for s in steps for p in PHASE_COLOURS
+                 for a, _ in s[p])
+    lane = 0.8 / len(PHASE_COLOURS)
+    fig, ax = plt.subplots(figsize=(12, 1.2 + 1.1 * len(traced)))
+    for row, index in enumerate(sorted(traced)):
+        for step in traced[index]:
+            for k, (phase, colour) in enumerate(PHASE_COLOURS.items()):
+                bars = [(1000 * (a - origin), 1000 * (b - a)) for a, b in step[phase]]
+                # A bar under a pixel still shows: at least a hairline.
+                ax.broken_barh(bars, (row - 0.4 + k * lane, lane * 0.9), facecolors=colour,
+                               edgecolor=colour, linewidth=0.5,
+                               label=phase if row == 0 and step is traced[index][0] else None)
+            start = min(a for p in PHASE_COLOURS for a, _ in step[p])
+            ax.text(1000 * (start - origin), row + 0.42, f"step {step['step']}", fontsize=8)
+    ax.set_yticks(range(len(traced)))
+    ax.set_yticklabels([f"worker {i}" for i in sorted(traced)])
+    ax.set_ylim(len(traced) - 0.45, -0.6)
+    ax.set_xlabel("wall time since the first traced step began (ms)")
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(loc="upper right", ncol=4, fontsize=8)
+    fig.suptitle(f"{chief.get('model')} with {chief.get('compressor')}: traced steps "
+                 "(compute / push / wait / pull)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
 
 
 def _smooth(values):

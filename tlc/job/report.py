@@ -2,7 +2,7 @@
 import os
 import sys
 
-from tlc.job import flagcheck, plots
+from tlc.job import flagcheck, plots, trace
 
 MAX_LINES = 15
 
@@ -50,7 +50,7 @@ def lines(summary, logdir, drawn=()):
     if s.get("compression_ratio"):
         out.append(f"  compression ratio  {s['compression_ratio']:.1f}x vs float32 "
                    f"(push {s['push_ratio']:.1f}x, pull {s['pull_ratio']:.1f}x)")
-    breakdown = step_time_line(s.get("time_breakdown"))
+    breakdown = step_time_line(s.get("time_breakdown"), s.get("wire_under_compute"))
     if breakdown:
         out.append(breakdown)
     train = s.get("train_seconds")
@@ -75,8 +75,9 @@ PHASE_LABELS = {"compute": "compute", "push_compress": "compress",  # tlc/optimi
                 "pull_compress": "pull compress"}
 
 
-def step_time_line(breakdown):
-    """'  step time  ...' in ms per worker step and per chief update, or None."""
+def step_time_line(breakdown, wire=None):
+    """'  step time  ...' in ms per worker step and per chief update, or None;
+    with --trace_steps, how much of the wire ran under compute (trace.wire_line)."""
     if not breakdown or not breakdown.get("worker"):
         return None
     worker, update = breakdown["worker"], breakdown.get("update") or {}
@@ -86,7 +87,7 @@ def step_time_line(breakdown):
              for k, v in {**worker, **update}.items()]
     total = sum(max(0.0, v) for v in list(worker.values())[:3])
     return f"  step time (ms)     {1000 * total:.0f} = " + ", ".join(parts[:3]) + \
-        " (in them: " + ", ".join(parts[3:]) + ")"
+        " (in them: " + ", ".join(parts[3:]) + ")" + (f"; {trace.wire_line(wire)}" if wire else "")
 
 
 def launch_line(spec, flags, logdir):

@@ -11,7 +11,7 @@ import tensorflow as tf
 from tensorflow.python.util import deprecation  # pylint: disable=no-name-in-module
 
 from tlc import moments, placement, replica
-from tlc.job import autotune, data, models, plots, watchdog
+from tlc.job import autotune, data, models, plots, trace, watchdog
 from tlc.job import cluster as cl
 from tlc.job.flagcheck import compressor_from_flags, pull_compressor_from_flags
 from tlc.job.stock import StockSync
@@ -245,17 +245,22 @@ def _run_worker(server, cluster, spec, index, config, flags, dog):
         loss_value, losses, curve = float("nan"), [], []
         history = []  # chief: (step, seconds, loss, bytes pushed, bytes pulled) per step
         next_eval = flags.eval_every
+        tracer = trace.Tracer(logdir, index, flags.trace_steps)
         while step < flags.steps:
             x, y = batches.next()
             feed = {images: x, labels: y}
             started = time.perf_counter()
             dog.step_started(int(step) + 1)
+            tracing = tracer.wants(len(losses))
             try:
                 _, loss_value, step, sent = sess.run(
                     [train_op, loss, sync.version_after_step, sync.step_traffic],
-                    feed if tuner is None else {**feed, **tuner.feed_dict()})
+                    feed if tuner is None else {**feed, **tuner.feed_dict()},
+                    **tracer.run_arguments() if tracing else {})
             finally:
                 dog.step_ended()
+            if tracing:
+                tracer.record(int(step))
             if tuner is not None:
                 tuner.after_step(sess, feed, time.perf_counter() - started,
                                  sent["pushed"], sent["pulled"])
@@ -290,6 +295,8 @@ def _run_worker(server, cluster, spec, index, config, flags, dog):
         summary["local_copy_check"] = sync.local_copy_check(sess)
         summary["full_syncs"] = sync.full_syncs
         summary["time_breakdown"] = sync.time_breakdown(sess)
+        if tracer.records:
+            summary["trace"] = tracer.report()
         if is_chief:
             summary["curve"] = [{k: (int(v) if k == "step" else float(v)) for k, v in point.items()
                                  if k in ("step", "time", "loss", "push_bytes_per_step",

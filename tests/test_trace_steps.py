@@ -1,0 +1,130 @@
+"""--trace_steps: a real short run of the main job on loopback (1 PS + 2
+workers) writes TF's Chrome traces, a timeline PNG and the wire-under-compute
+figure; the phases it reads agree with the traces TF wrote."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tlc.job import flagcheck, plots, trace
+
+pytestmark = pytest.mark.cluster
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRACED = 2
+PS = "/job:ps/replica:0/task:0/"
+
+
+@pytest.fixture(scope="module")
+def traced_run(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("trace") / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tlc.train", "--flagfile=configs/fashion_mnist.cfg",
+         "--steps=10", "--log_every=5", "--eval_every=0", f"--trace_steps={TRACED}",
+         f"--logdir={logdir}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(logdir / "summary.json", encoding="utf-8") as f:
+        summary = json.load(f)
+    return proc, logdir, summary
+
+
+def _reports(summary):
+    return {r["task"]: r for r in summary["workers"]}
+
+
+def test_chrome_traces_hold_the_workers_and_the_ps_devices(traced_run):
+    _, logdir, summary = traced_run
+    for index, report in _reports(summary).items():
+        files = report["trace"]["files"]
+        steps = [r["step"] for r in report["trace"]["steps"]]
+        assert files == [f"trace_worker{index}_step{s}.json" for s in steps] and len(files) == TRACED
+        for name in files:
+            with open(logdir / name, encoding="utf-8") as f:
+                events = json.load(f)["traceEvents"]
+            pids = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+            ran = {pids[e["pid"]] for e in events if e.get("ph") == "X"}
+            assert any(f"/job:worker/replica:0/task:{index}/" in p for p in ran), (name, ran)
+            assert any(PS in p for p in ran), (name, ran)
+            ops = {e["name"] for e in events if e.get("ph") == "X"}
+            assert {"TlcPackMessage", "QueueDequeueV2", "RecvTensor"} <= ops, (name, ops)
+
+
+def test_phases_come_in_order_and_match_the_trace(traced_run):
+    _, logdir, summary = traced_run
+    for index, report in _reports(summary).items():
+        for record, name in zip(report["trace"]["steps"], report["trace"]["files"]):
+            assert all(record[p] for p in trace.PHASES), record
+            compute_end = max(b for _, b in record["compute"])
+            transfer = record["push"][-1]  # the push message crossing to the PS
+            assert compute_end <= transfer[0] < transfer[1] == record["sent"], record
+            assert record["wait"] == [[record["sent"], record["received"]]]
+            assert record["sent"] < record["received"] <= min(a for a, _ in record["pull"])
+            # "sent" is the end of the push message's transfer as TF recorded it on the PS.
+            with open(logdir / name, encoding="utf-8") as f:
+                events = json.load(f)["traceEvents"]
+            pids = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+            ends = [e["ts"] + e["dur"] for e in events if e.get("name") == "RecvTensor"
+                    and PS in pids[e["pid"]]]
+            assert min(abs(end / 1e6 - record["sent"]) for end in ends) < 2e-6, (index, name)
+
+
+def test_timeline_png_is_drawn_and_named(traced_run):
+    proc, logdir, _ = traced_run
+    path = logdir / plots.TIMELINE
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+    import matplotlib.image  # pylint: disable=import-outside-toplevel
+    image = matplotlib.image.imread(str(path))[..., :3]
+    # The compute, wait and pull bars are drawn (tab:blue, tab:gray, tab:green).
+    for rgb in ((31, 119, 180), (127, 127, 127), (44, 160, 44)):
+        near = np.abs(image - np.asarray(rgb) / 255).max(axis=-1) < 0.08
+        assert near.sum() > 20, rgb
+    plot_line = next(line for line in proc.stdout.splitlines() if line.strip().startswith("plots"))
+    assert plots.TIMELINE in plot_line
+
+
+def test_summary_says_how_much_wire_ran_under_compute(traced_run):
+    proc, _, summary = traced_run
+    figures = summary["wire_under_compute"]
+    records = [r["trace"]["steps"] for r in _reports(summary).values()]
+    assert figures == trace.wire_under_compute(records)
+    assert figures["traced_steps"] == 2 * TRACED and figures["wire_ms"] > 0
+    assert 0 <= figures["under_compute_ms"] <= figures["wire_ms"]
+    line = next(line for line in proc.stdout.splitlines() if "step time (ms)" in line)
+    found = re.search(r"wire under compute (\d+) ms of (\d+) ms \((\d+) %\)", line)
+    assert found, line
+    assert int(found[2]) == round(figures["wire_ms"])
+    assert int(found[3]) == round(100 * figures["fraction"])
+
+
+def test_overlap_arithmetic_on_hand_made_intervals():
+    assert trace.union([[5, 6], [0, 2], [1, 3], [3, 4], [7, 7]]) == [[0, 4], [5, 6]]
+    assert trace.length([[0, 2], [1, 3]]) == 3
+    assert trace.overlap([[0, 10]], [[2, 3], [5, 7], [9, 12]]) == 4
+    assert trace.overlap([[0, 1], [2, 3]], [[1, 2], [3, 4]]) == 0  # touching is not overlapping
+    step = {"compute": [[0.0, 0.4]], "push": [[0.3, 0.5]], "wait": [[0.5, 0.7]],
+            "pull": [[0.7, 0.8]]}
+    later = {"compute": [[0.8, 1.2]], "push": [[1.2, 1.3]], "wait": [[1.3, 1.5]],
+             "pull": [[1.5, 1.6]]}
+    figures = trace.wire_under_compute([[step, later]])
+    # Wire 0.5 s + 0.4 s over 2 steps; under compute: 0.1 s of the first step's push.
+    assert figures["traced_steps"] == 2
+    assert figures["wire_ms"] == pytest.approx(450)
+    assert figures["under_compute_ms"] == pytest.approx(50)
+    assert figures["fraction"] == pytest.approx(0.1 / 0.9)
+    assert trace.wire_line(figures) == "wire under compute 50 ms of 450 ms (11 %)"
+    assert trace.wire_under_compute([[]]) is None
+
+
+def test_a_negative_trace_steps_is_one_line(no_tensorflow):
+    proc = subprocess.run([sys.executable, "-m", "tlc.job.flagcheck", "--trace_steps=-1"],
+                          cwd=ROOT, env=no_tensorflow, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert lines == ["tlc.train: --trace_steps must be an integer >= 0 (0: off), got -1 "
+                     f"({flagcheck.HINT})"], lines
