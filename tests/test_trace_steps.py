@@ -42,7 +42,8 @@ def test_chrome_traces_hold_the_workers_and_the_ps_devices(traced_run):
     for index, report in _reports(summary).items():
         files = report["trace"]["files"]
         steps = [r["step"] for r in report["trace"]["steps"]]
-        assert files == [f"trace_worker{index}_step{s}.json" for s in steps] and len(files) == TRACED
+        assert len(files) == TRACED
+        assert files == [f"trace_worker{index}_step{s}.json" for s in steps]
         for name in files:
             with open(logdir / name, encoding="utf-8") as f:
                 events = json.load(f)["traceEvents"]
@@ -60,8 +61,9 @@ def test_phases_come_in_order_and_match_the_trace(traced_run):
         for record, name in zip(report["trace"]["steps"], report["trace"]["files"]):
             assert all(record[p] for p in trace.PHASES), record
             compute_end = max(b for _, b in record["compute"])
-            transfer = record["push"][-1]  # the push message crossing to the PS
-            assert compute_end <= transfer[0] < transfer[1] == record["sent"], record
+            # The push message begins to cross once the last gradient is in.
+            assert compute_end <= record["sending"] < record["sent"], record
+            assert record["push"][-1][1] == record["sent"]
             assert record["wait"] == [[record["sent"], record["received"]]]
             assert record["sent"] < record["received"] <= min(a for a, _ in record["pull"])
             # "sent" is the end of the push message's transfer as TF recorded it on the PS.
@@ -128,3 +130,33 @@ def test_a_negative_trace_steps_is_one_line(no_tensorflow):
     lines = proc.stderr.splitlines()
     assert lines == ["tlc.train: --trace_steps must be an integer >= 0 (0: off), got -1 "
                      f"({flagcheck.HINT})"], lines
+
+
+def test_nodes_are_classified_by_name_and_by_the_reply():
+    """The labels as TF 2.21 writes them (copied from a traced step of this job)."""
+    worker = "/job:worker/replica:0/task:1/device:CPU:0"
+    ps = "/job:ps/replica:0/task:0/device:CPU:0"
+    pack = "tlc_sync_replicas/TlcPackMessage"
+    nodes = [
+        (worker, "RecvTensor", f"[8B] [0.01Mb/s] edge_819_global_step/Read/ReadVariableOp from "
+                               f"{ps} to {worker}", 0.5, 1.5),  # a read at the start: no reply
+        (worker, "model/conv1/Conv2D", "model/conv1/Conv2D = Conv2D(images, w)", 1.0, 4.0),
+        (worker, "gradients/model/fc/MatMul_grad/MatMul_1", "... = MatMul(a, b)", 4.0, 6.0),
+        (worker, "tlc_sync_replicas/tlc_encode_push/model/fc/w/TlcCompress3LCUpdateError",
+         "... = TlcCompress3LCUpdateError(g)", 5.0, 7.0),
+        (worker, "tlc_sync_replicas/Timestamp_3", "... = Timestamp()", 7.0, 7.0),
+        (worker, pack, f"{pack} = TlcPackMessage(a, b)", 7.0, 7.5),
+        (ps, "RecvTensor", f"[24960B] [39Mb/s] edge_204_{pack} from {worker} to {ps}", 7.5, 8.0),
+        (ps, "sync_token_q_Dequeue", "sync_token_q_Dequeue = QueueDequeueV2(q)", 8.1, 9.0),
+        (worker, "RecvTensor", f"[11165B] [190Mb/s] edge_392_tlc_sync_replicas/concat from "
+                               f"{ps} to {worker}", 9.0, 9.5),
+        (worker, "tlc_sync_replicas/ParseTensor", "... = ParseTensor(r)", 9.5, 9.6),
+        (worker, "AssignVariableOp_2", "AssignVariableOp_2 = AssignVariableOp(s, t)", 9.7, 9.8),
+    ]
+    got = trace.phases(nodes, 1)
+    assert got == {"compute": [[1.0, 6.0]], "push": [[5.0, 8.0]],
+                   "wait": [[8.0, 9.5]], "pull": [[9.5, 9.6], [9.7, 9.8]],
+                   "sending": 7.5, "sent": 8.0, "received": 9.5}
+    assert trace.wire_under_compute([[got]])["under_compute_ms"] == pytest.approx(1000)
+    with pytest.raises(ValueError, match="worker 0: no tlc push"):
+        trace.phases(nodes, 0)  # not this worker's step

@@ -19,8 +19,8 @@ and replay.py's reply):
 - push: the worker's `tlc_encode_push/` ops (compression, error feedback),
   its TlcPackMessage ops (one step message per PS), and the message's
   transfer: the RecvTensor on a PS of a tensor named after one of those
-  TlcPackMessage ops. "Sent" is the moment the last push message is in on
-  its PS.
+  TlcPackMessage ops. "Sending" is when the first push message begins to
+  cross, "sent" when the last one is in on its PS.
 - wait: one interval, from sent to received: the PS decodes and
   accumulates the push, the token dequeue waits for the round and the
   chief's update, the reply is built and travels. "Received" is the end of
@@ -98,9 +98,10 @@ def _nodes(step_stats):
 
 
 def phases(nodes, index):
-    """{phase: [[start, end], ...] in seconds since the epoch, "sent": s,
-    "received": s} of one traced step of worker `index`, from
-    (device, name, label, start, end) tuples (see the module's docstring)."""
+    """{phase: [[start, end], ...], "sending", "sent", "received"} of one
+    traced step of worker `index`, in seconds since the epoch, from (device,
+    name, label, start, end) tuples (see the module's docstring). "sending":
+    the first push message begins to cross."""
     worker = f"/job:worker/replica:0/task:{index}/"
     from_worker, from_ps = f" from {worker}", " from /job:ps/"
     own = [n for n in nodes if n[0].startswith(worker) and n[1] != _RECV]
@@ -129,12 +130,13 @@ def phases(nodes, index):
     out["push"] += [list(t) for t in transfers]
     out["wait"] = [[sent, received]]
     out = {phase: union(intervals) for phase, intervals in out.items()}
-    out.update(sent=sent, received=received)
+    out.update(sending=first_transfer, sent=sent, received=received)
     return out
 
 
 def _tensor_of(label):
-    """'[24960B] [39.2Mb/s] edge_204_scope/TlcPackMessage from ... to ...' -> 'scope/TlcPackMessage'."""
+    """The tensor a RecvTensor label names: '[24960B] [39.2Mb/s]
+    edge_204_scope/TlcPackMessage from ... to ...' -> 'scope/TlcPackMessage'."""
     edge = next((w for w in label.split() if w.startswith("edge_")), "")
     return edge.split("_", 2)[2] if edge.count("_") >= 2 else ""
 
