@@ -4,6 +4,8 @@ import time
 
 import tensorflow as tf
 
+from tlc.optimizer import state
+
 
 def _source(entry):
     """What a worker's local copy must equal: the shadow if compressed."""
@@ -24,7 +26,7 @@ class FullSync:
                 if entry.has_local_copy:
                     source = _source(entry)
                     with tf.device(source.device):
-                        reads.append((entry, tf.identity(source.read_value())))
+                        reads.append((entry, state.value_copy(source)))
         with tf.control_dependencies([r for _, r in reads]):
             with tf.device(gs.device):
                 after = tf.cast(shared.server.pull_begin.read_value(), tf.int64)

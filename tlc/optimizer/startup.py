@@ -27,7 +27,8 @@ class SessionOps:
         session_counted = ([] if shared.worker_index is None
                            else [shared.server.count_start(shared.worker_index)])
         with tf.control_dependencies(session_counted):
-            self.hook_local_init_op = shared.local_step.assign(gs.read_value())
+            self.hook_local_init_op = _after_initializer(
+                shared.local_step, lambda: shared.local_step.assign(gs.read_value()))
         with tf.device(gs.device):
             self._gs_value = gs.read_value()
         by_name = {e.name: e for e in entries}
@@ -41,12 +42,13 @@ class SessionOps:
         ensured = [state.ensure_initialized(v) for v in server.variables]
         # A shadow made now starts as its master; one restored from a
         # checkpoint, or kept by its PS, stays.
-        ensured += [state.ensure_initialized(e.shadow, e.master.read_value)
+        ensured += [state.ensure_initialized(e.shadow, lambda e=e: state.value_copy(e.master))
                     for e in entries if e.shadow is not None]
         with tf.control_dependencies(ensured):
             chief_init = [self.hook_local_init_op,
                           server.pull_begin.assign(gs.read_value(), read_value=False),
-                          worker.is_chief.assign(True, read_value=False)]
+                          _after_initializer(worker.is_chief, lambda: worker.is_chief.assign(
+                              True, read_value=False))]
             accumulators = {name: decoded.accumulator for pushed in step.pushes
                             for name, decoded in pushed.decoded.items()}
             for entry in entries:
@@ -70,7 +72,8 @@ class SessionOps:
         with tf.control_dependencies([own_state] + session_counted):
             self.local_step_init_op = tf.group(
                 _model_into_local_copies(shared, entries, wait_for_chief=True),
-                worker.is_chief.assign(False, read_value=False), name="tlc_local_step_init")
+                _after_initializer(worker.is_chief, lambda: worker.is_chief.assign(
+                    False, read_value=False)), name="tlc_local_step_init")
         self.ready_for_local_init_op = tf.compat.v1.report_uninitialized_variables(
             tf.compat.v1.global_variables())
         with tf.device(gs.device):
@@ -122,6 +125,16 @@ def _worker_state_init(shared, made_local):
     return tf.group(*ops, name="tlc_worker_state_init")
 
 
+def _after_initializer(variable, make_assign):
+    """make_assign(), after the variable's own initializer. TF's recipes
+    often group tlc's init op with tf.compat.v1.local_variables_initializer(),
+    which holds that same initializer op: a run runs it once, and now before
+    tlc's assign, so it can no longer undo it (the order within a group is
+    otherwise free)."""
+    with tf.control_dependencies([variable.initializer]):
+        return make_assign()
+
+
 def _model_into_local_copies(shared, entries, wait_for_chief):
     """The model into this worker's local copies (the shadow where the push
     is compressed, else the master), the local step and the model version at
@@ -144,23 +157,30 @@ def _model_into_local_copies(shared, entries, wait_for_chief):
             shadow, master = entry.shadow, entry.master
             with tf.device(master.device):
                 if shadow is None:
-                    value = master.read_value()
+                    value = state.value_copy(master)
                 elif wait_for_chief:
                     value = tf.cond(tf.compat.v1.is_variable_initialized(shadow),
-                                    shadow.read_value, master.read_value)
+                                    shadow.read_value, lambda: state.value_copy(master))
                 else:
                     value = shadow.read_value()
             with tf.device(entry.local.device):
-                copies.append(entry.local.assign(value, read_value=False))
-    with tf.device(worker.local_version.device), tf.control_dependencies(copies):
-        set_version = lambda: tf.group(worker.local_version.assign(  # noqa: E731
+                copies.append(_after_initializer(entry.local, lambda e=entry, v=value: (
+                    e.local.assign(v, read_value=False))))
+    local_version = worker.local_version
+    with tf.device(local_version.device), tf.control_dependencies(copies):
+        set_version = lambda: tf.group(local_version.assign(  # noqa: E731
             tf.cast(version, tf.int64), read_value=False))
         if wait_for_chief:
-            set_version = tf.cond(ready, set_version, tf.no_op)
+            # Not ready: uninitialised again after its initializer ran.
+            unset = lambda: tf.raw_ops.DestroyResourceOp(  # noqa: E731
+                resource=local_version.handle, ignore_lookup_error=True)
+            set_version = _after_initializer(local_version,
+                                             lambda: tf.cond(ready, set_version, unset))
         else:
-            set_version = set_version()
+            set_version = _after_initializer(local_version, set_version)
     with tf.device(shared.local_step.device):
-        local_step = shared.local_step.assign(version)
+        local_step = _after_initializer(shared.local_step,
+                                        lambda: shared.local_step.assign(version))
     return tf.group(*copies, set_version, local_step)
 
 
@@ -196,7 +216,7 @@ def add_resync(shared, entries, step, slot):
                 if entry.has_local_copy:
                     source = entry.shadow if entry.shadow is not None else entry.master
                     with tf.device(source.device):
-                        reads.append((entry, tf.identity(source.read_value())))
+                        reads.append((entry, state.value_copy(source)))
         with tf.control_dependencies([r for _, r in reads]), tf.device(gs.device):
             after = tf.cast(shared.server.pull_begin.read_value(), tf.int64)
         assigns = []

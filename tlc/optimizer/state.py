@@ -67,6 +67,19 @@ def ensure_initialized(variable, value=None):
                            value() if value else variable.initial_value, read_value=False)))
 
 
+def value_copy(variable):
+    """The variable's value in a buffer of its own, for assigning into another
+    variable. A ref variable's read shares its buffer, and a resource variable
+    assigned from it (on the same device) keeps sharing it: the ref's
+    in-place updates (the inner optimizer's apply ops) then change that
+    variable too. A shadow made so followed its master, and the first model
+    delta was logged as zero and never reached a local copy."""
+    value = variable.read_value()
+    if not hasattr(variable, "handle"):  # a ref variable (resource ones copy on write)
+        return tf.raw_ops.DeepCopy(x=value)
+    return value
+
+
 def worker_index(host):
     spec = tf.DeviceSpec.from_string(host or "")
     return spec.task if spec.task is not None else 0
