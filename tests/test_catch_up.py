@@ -71,7 +71,7 @@ class Worker:
                             else self._hook_session(job, target))
 
     def _hook_session(self, job, target):
-        hook = self.opt.make_session_run_hook(self.is_chief, num_tokens=job.num_workers)
+        hook = self.opt.make_session_run_hook(self.is_chief, num_tokens=job.total)
         return tf.compat.v1.train.MonitoredTrainingSession(master=target, is_chief=self.is_chief,
                                                            hooks=[hook])
 
@@ -84,7 +84,7 @@ class Worker:
         local_init = tf.group(tlc_init, tf.compat.v1.local_variables_initializer())
         ready_for_local_init = opt.ready_for_local_init_op
         ready = tf.compat.v1.report_uninitialized_variables()
-        init_tokens = opt.get_init_tokens_op(job.num_workers) if self.is_chief else None
+        init_tokens = opt.get_init_tokens_op(job.total) if self.is_chief else None
         runner = opt.get_chief_queue_runner() if self.is_chief else None
         session = tf.compat.v1.Session(target)
         if self.is_chief:
