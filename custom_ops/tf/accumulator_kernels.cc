@@ -21,6 +21,7 @@
 
 #include "../core/accumulate.h"
 #include "../core/threelc.h"
+#include "scalar_input.h"
 #include "tf_executor.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -232,19 +233,6 @@ bool Lookup(OpKernelContext* ctx, core::RefCountPtr<CompressedAccumulator>* accu
                                                   accum);
   if (!s.ok()) ctx->CtxFailure(__FILE__, __LINE__, s);
   return s.ok();
-}
-
-template <typename T>
-bool ScalarInput(OpKernelContext* ctx, int index, const char* name, T* value) {
-  const Tensor& t = ctx->input(index);
-  if (!::tensorflow::TensorShapeUtils::IsScalar(t.shape())) {
-    ctx->CtxFailure(__FILE__, __LINE__,
-                    errors::InvalidArgument(name, " must be a scalar, got shape ",
-                                            t.shape().DebugString()));
-    return false;
-  }
-  *value = t.scalar<T>()();
-  return true;
 }
 
 class ApplyOp : public OpKernel {

@@ -7,6 +7,7 @@
 #include "../core/golomb.h"
 #include "../core/threelc.h"
 #include "../core/zero_run.h"
+#include "scalar_input.h"
 #include "tf_executor.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -34,22 +35,8 @@ bool Ok(OpKernelContext* ctx, const Status& s) {
   return s.ok();
 }
 
-// Reads a scalar input, failing the op if it is not a scalar.
-template <typename T>
-bool Scalar(OpKernelContext* ctx, int index, const char* name, T* value) {
-  const Tensor& t = ctx->input(index);
-  if (!::tensorflow::TensorShapeUtils::IsScalar(t.shape())) {
-    ctx->CtxFailure(__FILE__, __LINE__,
-                    errors::InvalidArgument(name, " must be a scalar, got shape ",
-                                            t.shape().DebugString()));
-    return false;
-  }
-  *value = t.scalar<T>()();
-  return true;
-}
-
 bool Size(OpKernelContext* ctx, int index, const char* name, int64_t* value) {
-  if (!Scalar<int64_t>(ctx, index, name, value)) return false;
+  if (!ScalarInput<int64_t>(ctx, index, name, value)) return false;
   if (*value < 0 || *value > kMaxElements) {
     ctx->CtxFailure(__FILE__, __LINE__,
                     errors::InvalidArgument(name, " must be in [0, 2^40], got ", *value));
@@ -116,7 +103,7 @@ class Compress3LCOp : public OpKernel {
     const Tensor& x = ctx->input(0);
     const Tensor& error = ctx->input(1);
     float s;
-    if (!Scalar<float>(ctx, 2, "sparsity_multiplier", &s)) return;
+    if (!ScalarInput<float>(ctx, 2, "sparsity_multiplier", &s)) return;
     OP_REQUIRES(ctx, x.NumElements() == error.NumElements(),
                 errors::InvalidArgument("error has ", error.NumElements(), " elements, x has ",
                                         x.NumElements()));
@@ -147,7 +134,7 @@ class Compress3LCUpdateErrorOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     float s;
-    if (!Scalar<float>(ctx, 2, "sparsity_multiplier", &s)) return;
+    if (!ScalarInput<float>(ctx, 2, "sparsity_multiplier", &s)) return;
     ::tensorflow::core::RefCountPtr<::tensorflow::Var> var;
     OP_REQUIRES_OK(ctx, ::tensorflow::LookupResource(
                             ctx, ::tensorflow::HandleFromInput(ctx, 1), &var));
@@ -287,7 +274,7 @@ class GolombEncodeOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& positions = ctx->input(0);
     int32_t b;
-    if (!Scalar<int32_t>(ctx, 1, "b", &b)) return;
+    if (!ScalarInput<int32_t>(ctx, 1, "b", &b)) return;
     std::vector<uint8_t> code;
     if (!Ok(ctx, GolombEncode(positions.flat<int64_t>().data(), positions.NumElements(), b,
                               &code))) {
@@ -305,7 +292,7 @@ class GolombDecodeOp : public OpKernel {
     const Tensor& code = ctx->input(0);
     int32_t b;
     int64_t n;
-    if (!Scalar<int32_t>(ctx, 1, "b", &b) || !Size(ctx, 2, "n", &n)) return;
+    if (!ScalarInput<int32_t>(ctx, 1, "b", &b) || !Size(ctx, 2, "n", &n)) return;
     std::vector<int64_t> positions;
     if (!Ok(ctx, GolombDecode(code.flat<uint8_t>().data(), code.NumElements(), b, n,
                               &positions))) {
@@ -321,7 +308,7 @@ class GolombBstarOp : public OpKernel {
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
     double p;
-    if (!Scalar<double>(ctx, 0, "p", &p)) return;
+    if (!ScalarInput<double>(ctx, 0, "p", &p)) return;
     int b;
     if (!Ok(ctx, GolombBstar(p, &b))) return;
     Tensor* out = nullptr;
