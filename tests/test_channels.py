@@ -1,4 +1,5 @@
-"""One message per parameter server each way (the channel redesign).
+"""Few messages per parameter server each way (the channel redesign): a push
+of at most 3 buckets, last layers first, and one reply.
 
 The oracle is TensorFlow's own graph partitioner: RunOptions(output_partition_
 graphs=True) returns the graphs each task ran, and every tensor that crosses
@@ -96,14 +97,48 @@ def _run_cluster(model, num_ps, steps):
             statistics = raw[0].run([(v, replica.master_of(v)) for v in local])
     for s in sessions:
         s.close()
-    return _crossing(metadata), syncs, checks, statistics
+    return _crossing(metadata), syncs, checks, statistics, _push_buckets(built[0][1])
 
 
-@pytest.mark.parametrize("model,limit", [("small_cnn", 4), ("resnet20", 8)])
-def test_few_tensors_cross_per_step_and_workers_replay(model, limit):
-    crossing, syncs, checks, statistics = _run_cluster(model, 1, 4)
-    # Before the channels: 37 (small CNN) and 318 (ResNet-20).
-    assert 2 <= len(crossing) <= limit, crossing
+def _push_buckets(opt):
+    """{PS task: the entry names of each of its push messages, in send order}
+    from the optimizer's debug view."""
+    found = {}
+    for name, view in opt.variables_built.items():
+        if view.push_bucket is not None:
+            task = view.entry.master.device.split("/device:")[0]
+            found.setdefault(task, {}).setdefault(view.push_bucket, []).append(name)
+    return {task: [b[i] for i in range(len(b))] for task, b in found.items()}
+
+
+def _by_ps(crossing, direction):
+    """{PS task: count} of crossings to (direction "push") or from ("reply") a PS."""
+    counts = {}
+    for _, send, recv in crossing:
+        ps = recv if direction == "push" else send
+        if ("/job:ps" in ps) and (("/job:worker" in send) == (direction == "push")):
+            task = ps.replace("/replica:0", "").split("/device:")[0]
+            counts[task] = counts.get(task, 0) + 1
+    return counts
+
+
+# Push messages per PS by the bucket rule (channel.push_buckets): ResNet-20's
+# ~1 MB of gradients in 3 buckets; the small CNN's fc1 alone holds over a
+# third of its bytes, so its first bucket closes there and the rest is one.
+# ResNet-20 also sends one shape constant of a batch-norm statistic's
+# reshape (it crossed before the buckets too: 3 tensors then).
+@pytest.mark.parametrize("model,buckets,others", [("small_cnn", 2, 0), ("resnet20", 3, 1)])
+def test_few_tensors_cross_per_step_and_workers_replay(model, buckets, others):
+    crossing, syncs, checks, statistics, pushed = _run_cluster(model, 1, 4)
+    ps = "/job:ps/task:0"
+    # Before the channels: 37 (small CNN) and 318 (ResNet-20); one push
+    # message before the buckets. Each bucket is one message to the PS, and
+    # one reply comes back.
+    assert len(pushed[ps]) == buckets, pushed
+    messages = [c for c in crossing if "TlcPackMessage" in c[0]]
+    assert len(messages) == buckets and all("/job:worker" in c[1] for c in messages), crossing
+    assert _by_ps(crossing, "push") == {ps: buckets + others}, crossing
+    assert _by_ps(crossing, "reply") == {ps: 1}, crossing
     # Every step replays the logged messages: one full-precision copy at the
     # start and none after (a log nobody could read made one every step).
     assert syncs == [1, 1]
@@ -117,12 +152,58 @@ def test_few_tensors_cross_per_step_and_workers_replay(model, limit):
         assert all(moved), sum(moved)
 
 
-def test_two_servers_one_message_each_way_each():
-    crossing, syncs, checks, _ = _run_cluster("small_cnn", 2, 3)
-    pushes = [c for c in crossing if "/job:worker" in c[1]]
-    replies = [c for c in crossing if "/job:worker" in c[2]]
-    assert len({c[2] for c in pushes}) == 2 and len(pushes) == 2, crossing
-    assert len({c[1] for c in replies}) == 2 and len(replies) == 2, crossing
+def test_two_servers_few_messages_each_way_each():
+    crossing, syncs, checks, _, pushed = _run_cluster("small_cnn", 2, 3)
+    assert set(pushed) == {"/job:ps/task:0", "/job:ps/task:1"}, pushed
+    sent = _by_ps(crossing, "push")
+    for task, buckets in pushed.items():
+        assert 1 <= len(buckets) <= 3, pushed
+        assert sent[task] == len(buckets), (crossing, pushed)
+    assert _by_ps(crossing, "reply") == {"/job:ps/task:0": 1, "/job:ps/task:1": 1}, crossing
     assert syncs == [1, 1]
     for check in checks:
         assert check["equal"] is True, check
+
+
+def _ancestors(tensors):
+    """Every op `tensors` depend on, through data and control edges."""
+    seen, stack = set(), [t.op for t in tensors]
+    while stack:
+        op = stack.pop()
+        if op not in seen:
+            seen.add(op)
+            stack += [t.op for t in op.inputs] + list(op.control_inputs)
+    return seen
+
+
+def test_buckets_go_last_layers_first_each_after_its_own_gradients():
+    """ResNet-20 on one PS: the buckets, in send order, are the trained
+    variables in reverse var_list order, the logits in the first and the
+    first convolution in the last; and each bucket's pack op depends on the
+    gradients of its own variables only (so TF's executor sends it while
+    backprop of earlier layers goes on)."""
+    graph, opt, _ = _build("resnet20", 0, 1)
+    buckets = _push_buckets(opt)["/job:ps/task:0"]
+    trained = [replica.master_of(v).op.name
+               for v in graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)]
+    views = opt.variables_built
+    assert len(buckets) == 3 and sorted(n for b in buckets for n in b) == sorted(trained)
+    # Along var_list (first layers first) the bucket only goes down: each
+    # bucket is a run of layers, later layers in earlier buckets.
+    order = [views[name].push_bucket for name in trained]
+    assert order == sorted(order, reverse=True) and order[0] == 2 and order[-1] == 0, order
+    assert "logits/w" in buckets[0] and "conv0/w" in buckets[-1], buckets
+    parts = {name: {t.op for t in views[name].push_parts} for name in trained}
+    # The worker's message packs and whose push parts each depends on.
+    packs = [op for op in graph.get_operations()
+             if op.type == "TlcPackMessage" and "/job:worker" in op.device]
+    behind = {op: _ancestors(op.inputs) for op in packs}
+    depends_on = [{name for name in trained if parts[name] & before} for before in behind.values()]
+    assert sorted(map(sorted, filter(None, depends_on))) == sorted(map(sorted, buckets))
+    # The first convolution's filter gradient (the last backprop computes) is
+    # behind the last bucket only.
+    first_grad = [op for op in _ancestors(views["conv0/w"].push_parts)
+                  if op.type == "Conv2DBackpropFilter" and op.name.startswith("gradients/conv0/")]
+    assert len(first_grad) == 1, first_grad
+    assert [set(buckets[-1]) == names for names in depends_on if names] == \
+        [first_grad[0] in before for before, names in zip(behind.values(), depends_on) if names]

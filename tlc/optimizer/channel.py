@@ -1,7 +1,7 @@
 """One parameter server's share of the optimizer (GRACE's communicator seam).
 
 A channel owns the variables on one PS and builds, for them: the worker's
-push (one fused message), the PS's accumulators, the pull log the chief's
+push (a few fused messages, last layers first), the PS's accumulators, the pull log the chief's
 update writes, and the reply each worker reads after its token (one fused
 message). How the messages travel is wire.py; what goes in them is push.py,
 pull_log.py and replay.py."""
@@ -10,6 +10,10 @@ import tensorflow as tf
 from tlc.optimizer import push, records, wire
 
 PUSH_HEAD = ("local_step", "local_version", "is_chief")
+# A push of at most this many messages per PS; one message when its float32
+# gradients are smaller than this (each message costs a head and an RPC).
+MAX_PUSH_BUCKETS = 3
+ONE_BUCKET_BELOW_BYTES = 64 * 1024
 
 
 class Channel:
@@ -30,9 +34,16 @@ class Channel:
 
     # -------------------------------------------------------------- push --
     def build_push(self, shared, grads):
-        """grads: {entry name: gradient}. Returns the channel's records.ChannelPush."""
+        """grads: {entry name: gradient}. Returns the channel's records.ChannelPush.
+
+        The push is a few messages (buckets), last layers first: backprop
+        computes those gradients first, and each bucket's message is sent as
+        soon as its own gradients are compressed, while backprop of earlier
+        layers goes on. Each message carries the head (the PS needs the local
+        step for each accumulator); the statistics ride in the first."""
         pushed = [e for e in self.entries if e.name in grads]
-        encoded, decoded = {}, {}
+        buckets = push_buckets(pushed)
+        encoded, decoded, messages, templates = {}, {}, [], []
         with tf.device(shared.worker_host):
             worker = shared.worker
             head = tf.stack([tf.cast(shared.local_step.read_value(), tf.int64),
@@ -40,26 +51,38 @@ class Channel:
                              tf.cast(worker.is_chief.read_value(), tf.int64)])
             for entry in pushed:
                 encoded[entry.name] = push.encode(shared, entry, grads[entry.name])
-            stats = [self._statistic_part(worker, e) for e in self.statistics]
-            templates = [head] + [p for e in pushed for p in encoded[e.name].parts] + stats
-            message = wire.pack(templates)
+            for i, bucket in enumerate(buckets):
+                parts = [head] + [p for e in bucket for p in encoded[e.name].parts]
+                if i == 0:
+                    parts += [self._statistic_part(worker, e) for e in self.statistics]
+                templates.append(parts)
+                messages.append(wire.pack(parts))
             nbytes = tf.add_n([tf.constant(0, tf.int64)] + [x.nbytes for x in encoded.values()])
-        # The PS side follows from the message alone: no control edges from
+        # The PS side follows from the messages alone: no control edges from
         # the worker's graph (e.g. UPDATE_OPS around minimize()) cross.
+        heads, ops = [], []
         with tf.device(self.device), tf.control_dependencies(None):
-            received = wire.unpack(message, templates, f"push message to {self.device}")
-            head, at = received[0], 1
-            # The pushing worker's model version, as the PS reads it (for its reply).
-            worker_version = head[1]
-            local_step = tf.cast(head[0], shared.global_step.dtype.base_dtype)
-            for entry in pushed:
-                n = len(encoded[entry.name].parts)
-                decoded[entry.name] = push.decode(shared, entry, received[at:at + n], local_step)
-                at += n
-            ops = [decoded[e.name].op for e in pushed]
-            ops += [self._keep_statistic(e, v) for e, v in zip(self.statistics, received[at:])]
+            for i, (bucket, message, parts) in enumerate(zip(buckets, messages, templates)):
+                received = wire.unpack(message, parts,
+                                       f"push message {i + 1} of {len(buckets)} to {self.device}")
+                heads.append(received[0])
+                local_step = tf.cast(received[0][0], shared.global_step.dtype.base_dtype)
+                at = 1
+                for entry in bucket:
+                    n = len(encoded[entry.name].parts)
+                    decoded[entry.name] = push.decode(shared, entry, received[at:at + n],
+                                                      local_step)
+                    ops.append(decoded[entry.name].op)
+                    at += n
+                if i == 0:
+                    ops += [self._keep_statistic(e, v)
+                            for e, v in zip(self.statistics, received[at:])]
+            # The pushing worker's model version, as the PS reads it (for its
+            # reply): every head carries it; the first bucket's arrives first.
+            worker_version = heads[0][1]
         return records.ChannelPush(
-            encoded=encoded, decoded=decoded, ops=ops, head=head,
+            encoded=encoded, decoded=decoded, ops=ops, heads=heads, messages=messages,
+            buckets=[[e.name for e in bucket] for bucket in buckets],
             worker_version=worker_version, nbytes=nbytes,
             seconds=[x.seconds for x in encoded.values() if x.seconds is not None],
             aggregated=[(decoded[e.name].aggregated, e.master) for e in pushed])
@@ -81,6 +104,28 @@ class Channel:
         rows = tf.size(value) // max(1, row.num_elements())
         return tf.compat.v1.scatter_update(master, tf.range(rows),
                                            tf.reshape(value, [-1] + row.as_list())).op
+
+
+def push_buckets(pushed):
+    """The pushed entries as ordered buckets, last layers first (entries come
+    in var_list order, first layers first). A bucket closes once it holds a
+    1/MAX_PUSH_BUCKETS share of the gradient bytes; the last takes the rest
+    (so one large layer makes fewer, never a bucket of one small bias).
+    Always at least one bucket (maybe empty: the statistics still go)."""
+    order = list(reversed(pushed))
+    sizes = [e.dtype.size * e.num_elements for e in order]
+    total = sum(sizes)
+    count = 1 if total < ONE_BUCKET_BELOW_BYTES else MAX_PUSH_BUCKETS
+    buckets, current, filled = [], [], 0
+    for entry, size in zip(order, sizes):
+        current.append(entry)
+        filled += size
+        if len(buckets) < count - 1 and filled * count >= total:
+            buckets.append(current)
+            current, filled = [], 0
+    if current or not buckets:
+        buckets.append(current)
+    return buckets
 
 
 def _shared_table(name):

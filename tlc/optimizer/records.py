@@ -3,7 +3,7 @@
   layout.entries      -> [Entry]            (entry.py: what the layout decides)
   push.encode         -> Encoded            worker side of one variable's push
   push.decode         -> Decoded            PS side of it
-  Channel.build_push  -> ChannelPush        one PS's push message, both sides
+  Channel.build_push  -> ChannelPush        one PS's push messages, both sides
   pull_log.build      -> PullLog            what a PS logs after each update
   aggregation.build_update(pushes) -> Update   the chief's update and the logs
   worker_step.build   -> Step               what the optimizer's API hands out
@@ -31,13 +31,16 @@ class Decoded:
 
 @dataclasses.dataclass(frozen=True)
 class ChannelPush:
-    """One PS's push message: the worker's parts and what the PS does with them."""
+    """One PS's push (its buckets, in the order they are sent): the worker's
+    parts and what the PS does with them."""
     encoded: Dict[str, Encoded]   # entry name -> worker side
     decoded: Dict[str, Decoded]   # entry name -> PS side
     ops: List[Any]                # every push op on the PS (statistics included)
-    head: Any                     # the message's header, on the PS
+    buckets: List[List[str]]      # entry names per message, last layers first
+    messages: List[Any]           # each bucket's packed message, on the worker
+    heads: List[Any]              # each message's header, on the PS
     worker_version: Any           # the pushing worker's model version, on the PS
-    nbytes: Any                   # payload bytes of the message
+    nbytes: Any                   # payload bytes of its messages
     seconds: List[Any]            # compress seconds of its variables
     aggregated: List[Any]         # [(averaged gradient, master)] for the inner optimizer
 
@@ -68,6 +71,7 @@ class VariableView:
     optimizer's debug view: SyncReplicasOptimizer.variables_built)."""
     entry: Any                       # entry.Entry: local, master, shadow, kind...
     push_parts: Optional[List[Any]]  # the tensors its push carries (None: not pushed)
+    push_bucket: Optional[int]       # which of its PS's push messages (0: sent first)
     push_memory: List[Any]           # its error-feedback variables on the worker
     accumulator: Any                 # its accumulator on the PS (None: not pushed)
     pull_payload: Optional[List[Any]]  # its compressed pull payload (None: not compressed)
@@ -76,6 +80,7 @@ class VariableView:
 def variable_views(entries, pushes, update):
     """{entry name: VariableView} from the layout's entries and the phases' records."""
     encoded = {n: x for p in pushes for n, x in p.encoded.items()}
+    bucket_of = {n: i for p in pushes for i, names in enumerate(p.buckets) for n in names}
     decoded = {n: x for p in pushes for n, x in p.decoded.items()}
     payloads = {n: x for log in update.pull_logs if log is not None
                 for n, x in log.payloads.items()}
@@ -84,6 +89,7 @@ def variable_views(entries, pushes, update):
         enc, dec = encoded.get(e.name), decoded.get(e.name)
         views[e.name] = VariableView(
             entry=e, push_parts=enc.parts if enc else None,
+            push_bucket=bucket_of.get(e.name),
             push_memory=list(enc.memory) if enc else [],
             accumulator=dec.accumulator if dec else None,
             pull_payload=payloads.get(e.name))

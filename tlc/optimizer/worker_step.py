@@ -1,4 +1,4 @@
-"""A worker's step across its channels: push (one message per PS), the
+"""A worker's step across its channels: push (a few messages per PS), the
 token, the replies (one message per PS), the replay, the bookkeeping; and the
 chief's update that releases the tokens."""
 import dataclasses
@@ -33,7 +33,8 @@ def build(shared, channels, grads, variable_averages, variables_to_average):
     ps_timing = []
     for channel, pushed in zip(channels, pushes):
         with tf.device(channel.device):
-            arrived = timing.stamp(channel.device, [pushed.head])
+            # From the last bucket's arrival: the time the PS adds after it.
+            arrived = timing.stamp(channel.device, pushed.heads)
             ps_timing.append(timing.stamp(channel.device, pushed.ops) - arrived)
     update = aggregation.build_update(shared, channels, pushes, variable_averages,
                                       variables_to_average)
