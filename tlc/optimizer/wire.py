@@ -1,6 +1,6 @@
-"""How tensors travel between a worker and one parameter server: every
-tensor of a step in one direction fused into one step message (one
-RecvTensor RPC instead of one per tensor). The format is docs/FORMAT.md's
+"""How tensors travel between a worker and one parameter server: the
+tensors of a step in one direction fused into step messages (one RecvTensor
+RPC each instead of one per tensor; the push is a few, channel.py). The format is docs/FORMAT.md's
 "Step message"; decoding checks it against what the graph expects and names
 the message in any error."""
 import tensorflow as tf
