@@ -1,9 +1,9 @@
 """One parameter server's share of the optimizer (GRACE's communicator seam).
 
 A channel owns the variables on one PS and builds, for them: the worker's
-push (a few fused messages, last layers first), the PS's accumulators, the pull log the chief's
-update writes, and the reply each worker reads after its token (one fused
-message). How the messages travel is wire.py; what goes in them is push.py,
+push (a few fused messages, last layers first), the PS's accumulators, the
+pull log the chief's update writes, and the reply each worker reads after
+its token (one fused message). How the messages travel is wire.py; what goes in them is push.py,
 pull_log.py and replay.py."""
 import tensorflow as tf
 
@@ -109,9 +109,9 @@ class Channel:
 def push_buckets(pushed):
     """The pushed entries as ordered buckets, last layers first (entries come
     in var_list order, first layers first). A bucket closes once it holds a
-    1/MAX_PUSH_BUCKETS share of the gradient bytes; the last takes the rest
-    (so one large layer makes fewer, never a bucket of one small bias).
-    Always at least one bucket (maybe empty: the statistics still go)."""
+    1/MAX_PUSH_BUCKETS share of the gradient bytes and the last takes the
+    rest, so a layer holding most of the bytes makes fewer buckets. Always at
+    least one bucket (maybe empty: the statistics still go)."""
     order = list(reversed(pushed))
     sizes = [e.dtype.size * e.num_elements for e in order]
     total = sum(sizes)
