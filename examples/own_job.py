@@ -11,9 +11,9 @@ two-layer perceptron in raw TF variables on Fashion-MNIST (--data_dir),
 trained synchronously with 3LC-compressed pushes and pulls. Every 20 steps a
 worker logs the bytes it pushed and pulled per step and the ratio against
 float32 (tlc.traffic.TrafficHook; TensorBoard scalars too with
---summary_dir). A worker prints "worker <index>: last step at <unix time>"
-after training, every process "<job> <index>: exiting at <unix time>" before
-it exits.
+--summary_dir). A worker prints "worker <index>: last step at <unix time>,
+global step <step>" after training, every process "<job> <index>: exiting
+at <unix time>" before it exits.
 """
 import argparse
 import gzip
@@ -103,7 +103,7 @@ def run_worker(server, cluster, index, args):
     config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", worker])
     with tf.compat.v1.train.MonitoredTrainingSession(master=server.target, is_chief=is_chief,
                                                      hooks=hooks, config=config) as sess:
-        last_step_time = time.time()
+        last_step_time, step = time.time(), 0
         while not sess.should_stop():
             batch = rng.integers(0, len(x), args.batch_size)
             _, step, loss_value = sess.run([train_op, global_step, loss],
@@ -111,7 +111,7 @@ def run_worker(server, cluster, index, args):
             last_step_time = time.time()
             if step % 20 == 0:
                 print(f"worker {index}: step {step} loss {loss_value:.3f}", flush=True)
-    print(f"worker {index}: last step at {last_step_time:.3f}", flush=True)
+    print(f"worker {index}: last step at {last_step_time:.3f}, global step {step}", flush=True)
     worker_done(server)  # lets the parameter servers end
 
 

@@ -59,6 +59,12 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._residuals = self._ops.residuals
         # Before the Scaffold picks the graph's saver: tlc's saves its state.
         residuals_lib.install_saver(self._residuals)
+        # And before it picks the init op: on parameter servers that lost the
+        # model, the chief's local copy goes back instead of a fresh start
+        # (an init op of the user's own stays theirs).
+        init_op = self._recovery.build_init_op()
+        if not tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.INIT_OP):
+            tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.INIT_OP, init_op)
 
     def after_create_session(self, session, coord):
         self._recovery.init_persistent(session)
@@ -77,6 +83,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         interrupted = self._is_chief and session.run(self._ops.update_interrupted)
         restored = self._residuals.restored
         if self._is_chief:
+            self._recovery.say_restored_from_copy(session)
             self._say_restored(session.run(self._ops.fresh_state_at))
         session.run(self._ops.hook_chief_init_op if self._is_chief
                     else self._ops.hook_local_init_op)

@@ -14,6 +14,7 @@ session does not reset them.
 """
 import tensorflow as tf
 from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=no-name-in-module
+from tensorflow.python.ops import resources  # pylint: disable=no-name-in-module
 
 from tlc import session as tlc_session
 from tlc.optimizer import state
@@ -47,8 +48,11 @@ class Recovery:
     """The model back on restarted parameter servers (see the module's docstring)."""
 
     def __init__(self, shared, entries):
-        gs, server, worker = shared.global_step, shared.server, shared.worker
+        worker = shared.worker
         with tf.device(shared.worker_host):
+            # Step of the copy the init op restored (-1: none since last asked).
+            self._restored_at = state.persistent_variable(-1, tf.int64, "tlc_copy_restored_at")
+            self._take_restored_at = self._restored_at.assign(-1, read_value=False)
             persistent = tf.compat.v1.get_collection(state.PERSISTENT)
             self._persistent_uninitialised = tf.compat.v1.report_uninitialized_variables(
                 persistent)
@@ -56,7 +60,51 @@ class Recovery:
             self._local_version_unset = tf.logical_not(
                 tf.compat.v1.is_variable_initialized(worker.local_version))
             self._local_version = worker.local_version.read_value()
-        restore, donated = [], set()
+        self._shared, self._entries = shared, entries
+        self.init_op = None
+        tlc_session.register_restorer(self)
+
+    def build_init_op(self):
+        """The chief's init op (MonitoredTrainingSession's, tlc's
+        training_session's), made by the session hook when the session
+        begins, once every variable exists: on parameter servers that lost
+        the model, the chief's local copy if it holds one, else a fresh
+        start (what TF's default init op does)."""
+        if self.init_op is not None:
+            return self.init_op
+        shared, entries = self._shared, self._entries
+        with tf.device(shared.worker_host):
+            has_copy = tf.cond(self._local_version_unset, lambda: False,
+                               lambda: shared.worker.local_version.read_value() > 0)
+        donated = {e.master.name for e in entries if e.has_local_copy}
+        donated |= {e.shadow.name for e in entries if e.has_local_copy and e.shadow is not None}
+        donated.add(shared.global_step.name)
+        model = tf.compat.v1.global_variables()
+        self._restarted_fresh = sorted(v.op.name for v in model if v.name not in donated)
+        self._server_uninitialised = tf.compat.v1.report_uninitialized_variables(model)
+
+        def from_copy():
+            return self._restore_ops(shared, entries, model, donated)
+
+        def fresh():
+            return tf.group(*[v.assign(v.initial_value, read_value=False) for v in model])
+
+        # Ops made inside a branch run only in it (variable.initializer, made
+        # outside, would run either way).
+        self.init_op = tf.group(
+            tf.cond(has_copy, from_copy, fresh),
+            resources.initialize_resources(resources.shared_resources()),
+            *tf.compat.v1.get_collection("saved_model_initializers"),
+            name="tlc_init_or_restore_from_copy")
+        return self.init_op
+
+    def _restore_ops(self, shared, entries, model, donated):
+        """Master and shadow from the chief's local copy, the global step from
+        its version, tlc's PS counters to match; the rest (optimizer slots)
+        afresh. The shadows become ready last: workers wait for that."""
+        gs, server = shared.global_step, shared.server
+        local_version = shared.worker.local_version.read_value()
+        restore = []
         for entry in entries:
             if not entry.has_local_copy:
                 continue
@@ -65,25 +113,22 @@ class Recovery:
                 for target in (entry.master, entry.shadow):
                     if target is not None:
                         restore.append(target.assign(value, read_value=False))
-                        donated.add(target.name)
         num_compressed = sum(1 for e in entries if e.shadow is not None)
         with tf.device(gs.device):
-            step = tf.cast(self._local_version, gs.dtype.base_dtype)
+            step = tf.cast(local_version, gs.dtype.base_dtype)
             restore += [gs.assign(step, read_value=False),
                         server.pull_begin.assign(step, read_value=False),
-                        server.shadow_ready.assign(True, read_value=False),
                         server.takes_in_update.assign(0, read_value=False),
-                        server.update_seconds.initializer,
+                        server.update_seconds.assign(server.update_seconds.initial_value,
+                                                     read_value=False),
                         # One pull compression per compressed variable per step.
-                        server.pull_compressions.assign(self._local_version * num_compressed,
+                        server.pull_compressions.assign(local_version * num_compressed,
                                                         read_value=False)]
-        donated |= {v.name for v in [gs] + server.variables}
-        rest = [v for v in tf.compat.v1.global_variables() if v.name not in donated]
-        self._restarted_fresh = sorted(v.op.name for v in rest)
-        self._restore_from_local = tf.group(*restore, tf.compat.v1.variables_initializer(rest))
-        self._server_uninitialised = tf.compat.v1.report_uninitialized_variables(
-            tf.compat.v1.global_variables())
-        tlc_session.register_restorer(self)
+        restore += [v.assign(v.initial_value, read_value=False)
+                    for v in model if v.name not in donated]
+        restore.append(self._restored_at.assign(local_version, read_value=False))
+        with tf.control_dependencies(restore), tf.device(gs.device):
+            return server.shadow_ready.assign(True, read_value=False)
 
     def init_persistent(self, session):
         """Initialises the counters once per process (a new session keeps them)."""
@@ -98,20 +143,20 @@ class Recovery:
         return int(session.run(self._local_version))
 
     def restore_model(self, session, saver, checkpoint_dir):
-        """Chief, on session creation: puts the newest model on the PS. True if
-        the model is in place, False if it is to be initialised fresh."""
+        """Chief, on session creation (tlc.session.training_session): puts the
+        newest model on the PS, the latest checkpoint or (the init op) the
+        chief's local copy. True if the model is in place, False if it is to
+        be initialised fresh."""
+        if self.init_op is None:
+            raise RuntimeError("tlc: training_session needs SyncReplicasOptimizer's "
+                               "make_session_run_hook among its hooks")
         if not len(session.run(self._server_uninitialised)):
             return True  # the PS kept its model (only this session was re-created)
         local = self._local_version_now(session)
         path = checkpoint_management.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
         saved = checkpoint_step(path) if path else None
         if local > 0 and local > (saved or 0):
-            session.run(self._restore_from_local)
-            print(f"tlc: parameter servers were restarted: model restored at step {local} from "
-                  f"the chief's local copy (newer than "
-                  f"{'checkpoint step %d' % saved if saved is not None else 'any checkpoint'}); "
-                  f"optimizer slots restarted at zero "
-                  f"({len(self._restarted_fresh)} variables re-initialised)", flush=True)
+            session.run(self.init_op)  # takes the copy
             return True
         if path and saver is not None:
             saver.restore(session, path)
@@ -122,3 +167,14 @@ class Recovery:
                   f"(optimizer slots from the checkpoint)", flush=True)
             return True
         return False
+
+    def say_restored_from_copy(self, session, checkpoint_dir=None):
+        """Chief, after session creation: one line if the init op put its
+        local copy on the parameter servers."""
+        at = int(session.run(self._restored_at))
+        if at < 0:
+            return
+        session.run(self._take_restored_at)
+        print(f"tlc: parameter servers were restarted: model restored at step {at} from "
+              f"the chief's local copy; optimizer slots restarted at zero "
+              f"({len(self._restarted_fresh)} variables re-initialised)", flush=True)

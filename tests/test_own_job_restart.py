@@ -1,0 +1,108 @@
+"""README's own-job recipe (examples/own_job.py: a plain MonitoredTrainingSession
+with `opt.make_session_run_hook`) survives its parameter server being
+SIGKILLed mid-run and restarted with the same command, as README's Faults
+section promises: the chief puts its local copy back on the new PS, every
+process exits 0 and the global step reaches its target (issue 31 point 2).
+Before, the chief's session re-initialised the model and died with
+ModelLostError, worker 1 waited silently and the new PS ended with "no
+worker did"."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tlc.job.cluster import free_ports
+from waiting import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "own_job.py")
+STEPS = 400
+KILL_AT = 150
+
+
+class OwnJob:
+    """examples/own_job.py once per task, each a process of its own whose
+    output goes to <logdir>/<job><index>.log (appended to on a restart)."""
+
+    def __init__(self, logdir, steps):
+        ports = free_ports(3)
+        self.cluster = {"ps": [f"127.0.0.1:{ports[0]}"],
+                        "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
+        self.logdir, self.steps = str(logdir), steps
+        self.procs = {}
+
+    def log_path(self, job, index):
+        return os.path.join(self.logdir, f"{job}{index}.log")
+
+    def log(self, job, index):
+        with open(self.log_path(job, index), encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def start(self, job, index):
+        with open(self.log_path(job, index), "ab") as log:
+            self.procs[(job, index)] = subprocess.Popen(
+                [sys.executable, EXAMPLE, f"--cluster={json.dumps(self.cluster)}",
+                 f"--job_name={job}", f"--task_index={index}", f"--steps={self.steps}"],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"})
+
+    def kill(self, job, index):
+        proc = self.procs[(job, index)]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def chief_step(self):
+        """The newest step the chief printed (it prints every 20 steps), 0 if none."""
+        steps = re.findall(r"^worker 0: step (\d+) ", self.log("worker", 0), re.M)
+        return int(steps[-1]) if steps else 0
+
+    def ended(self):
+        return all(proc.poll() is not None for proc in self.procs.values())
+
+    def failed(self):
+        return any(proc.poll() not in (None, 0) for proc in self.procs.values())
+
+    def stop(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def test_own_job_survives_a_ps_killed_and_restarted(tmp_path):
+    job = OwnJob(tmp_path, STEPS)
+    tasks = (("ps", 0), ("worker", 0), ("worker", 1))
+    try:
+        for task in tasks:
+            job.start(*task)
+        wait_for(lambda: job.chief_step() >= KILL_AT, 900, f"the chief's step {KILL_AT}")
+        job.kill("ps", 0)
+        killed_at = job.chief_step()
+        assert killed_at < STEPS, "training ended before the PS was killed"
+        job.start("ps", 0)  # the same command again
+        # Until every process has ended or one failed; generous: a hang fails here.
+        wait_for(lambda: job.failed() or job.ended(), 900, "every process to end")
+        for task in tasks:
+            code = job.procs[task].poll()
+            assert code == 0, f"{task}: exit {code}\n{job.log(*task)[-3000:]}"
+    finally:
+        job.stop()
+    chief_log = job.log("worker", 0)
+    restored = re.search(r"model restored at step (\d+) from the chief's local copy", chief_log)
+    assert restored, chief_log[-3000:]
+    assert int(restored.group(1)) >= killed_at
+    for index in range(2):
+        # The step fetched with the last train op is read before its update
+        # lands; StopAtStepHook ended the loop once the step reached STEPS,
+        # which the traffic hook's line at the session's end shows.
+        log = job.log("worker", index)
+        final = re.search(r"^worker \d: last step at [\d.]+, global step (\d+)", log, re.M)
+        assert final and int(final.group(1)) >= STEPS - 1, log[-3000:]
+        assert re.search(rf"^tlc traffic: step {STEPS}:", log, re.M), log[-3000:]
+    assert "never said done" not in job.log("ps", 0)
