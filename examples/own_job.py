@@ -39,6 +39,10 @@ def parse_args():
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--stall_timeout", type=float, default=60.0,
+                        help="seconds before a silent parameter server or a waiting step is named")
+    parser.add_argument("--unreachable_timeout", type=float, default=600.0,
+                        help="seconds before a worker gives up on them (exit 1)")
     parser.add_argument("--summary_dir", help="TensorBoard scalars of the traffic, one "
                         "subdirectory per worker")
     args = parser.parse_args()
@@ -96,7 +100,10 @@ def run_worker(server, cluster, index, args):
     # num_tokens=0: the first update waits for every worker's first gradient,
     # so a chief that starts early cannot take the initial tokens and train alone.
     summary_dir = args.summary_dir and os.path.join(args.summary_dir, f"worker{index}")
-    hooks = [opt.make_session_run_hook(is_chief, num_tokens=0),
+    # The hook also watches: a parameter server that does not answer, or a
+    # step that waits, is named after stall_timeout s; unreachable_timeout s: exit 1.
+    hooks = [opt.make_session_run_hook(is_chief, num_tokens=0, stall_timeout=args.stall_timeout,
+                                       unreachable_timeout=args.unreachable_timeout),
              TrafficHook(opt, every_n_steps=20, summary_dir=summary_dir),  # bytes per step
              tf.compat.v1.train.StopAtStepHook(last_step=args.steps)]
     # Only this worker and the parameter servers: no waiting for other workers.

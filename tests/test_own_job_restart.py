@@ -30,11 +30,11 @@ class OwnJob:
     """examples/own_job.py once per task, each a process of its own whose
     output goes to <logdir>/<job><index>.log (appended to on a restart)."""
 
-    def __init__(self, logdir, steps):
+    def __init__(self, logdir, steps, extra=()):
         ports = free_ports(3)
         self.cluster = {"ps": [f"127.0.0.1:{ports[0]}"],
                         "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
-        self.logdir, self.steps = str(logdir), steps
+        self.logdir, self.steps, self.extra = str(logdir), steps, list(extra)
         self.procs = {}
 
     def log_path(self, job, index):
@@ -48,7 +48,8 @@ class OwnJob:
         with open(self.log_path(job, index), "ab") as log:
             self.procs[(job, index)] = subprocess.Popen(
                 [sys.executable, EXAMPLE, f"--cluster={json.dumps(self.cluster)}",
-                 f"--job_name={job}", f"--task_index={index}", f"--steps={self.steps}"],
+                 f"--job_name={job}", f"--task_index={index}", f"--steps={self.steps}",
+                 *self.extra],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"})
 
@@ -88,9 +89,10 @@ def test_own_job_survives_a_ps_killed_and_restarted(tmp_path):
         job.start("ps", 0)  # the same command again
         # Until every process has ended or one failed; generous: a hang fails here.
         wait_for(lambda: job.failed() or job.ended(), 900, "every process to end")
-        for task in tasks:
-            code = job.procs[task].poll()
-            assert code == 0, f"{task}: exit {code}\n{job.log(*task)[-3000:]}"
+        codes = {task: job.procs[task].poll() for task in tasks}  # None: still running
+        bad = [task for task in tasks if codes[task] not in (None, 0)] or \
+            [task for task in tasks if codes[task] != 0]
+        assert not bad, f"exit codes {codes}; {bad[0]}:\n{job.log(*bad[0])[-3000:]}"
     finally:
         job.stop()
     chief_log = job.log("worker", 0)
@@ -106,3 +108,32 @@ def test_own_job_survives_a_ps_killed_and_restarted(tmp_path):
         assert final and int(final.group(1)) >= STEPS - 1, log[-3000:]
         assert re.search(rf"^tlc traffic: step {STEPS}:", log, re.M), log[-3000:]
     assert "never said done" not in job.log("ps", 0)
+
+
+def test_own_job_names_a_frozen_ps_and_gives_up(tmp_path):
+    # The PS stopped (SIGSTOP): its kernel still accepts connections, nothing
+    # answers. Each worker must name it within stall_timeout and give up
+    # (exit 1) after unreachable_timeout; before, both waited silently forever.
+    stall, unreachable = 5, 30
+    job = OwnJob(tmp_path, 100000, [f"--stall_timeout={stall}",
+                                    f"--unreachable_timeout={unreachable}"])
+    tasks = (("ps", 0), ("worker", 0), ("worker", 1))
+    try:
+        for task in tasks:
+            job.start(*task)
+        wait_for(lambda: job.chief_step() >= 40, 900, "the chief's step 40")
+        os.killpg(job.procs[("ps", 0)].pid, signal.SIGSTOP)
+        workers = [job.procs[("worker", i)] for i in range(2)]
+        wait_for(lambda: all(w.poll() is not None for w in workers), 900,
+                 "both workers to give up")
+    finally:
+        job.stop()
+    for index in range(2):
+        log = job.log("worker", index)
+        named = re.search(rf"^worker {index}: ps0 has not answered for {stall} s \(down, cut off: "
+                          rf"stopped or stuck\?; stall_timeout={stall}\)$", log, re.M)
+        gave_up = re.search(rf"^worker {index}: giving up: ps0 has not answered for (\d+) s "
+                            rf"\(unreachable_timeout={unreachable}\)$", log, re.M)
+        assert named and gave_up and named.start() < gave_up.start(), log[-3000:]
+        assert int(gave_up.group(1)) >= unreachable
+        assert job.procs[("worker", index)].returncode == 1

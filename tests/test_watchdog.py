@@ -17,7 +17,8 @@ import tensorflow as tf
 
 from test_faults import BASE_FLAGS, ROOT, chief_step, wait_for
 from tlc.job import cluster as cl
-from tlc.job import launcher, task, watchdog
+from tlc import watchdog
+from tlc.job import launcher, task
 
 pytestmark = pytest.mark.cluster
 

@@ -62,7 +62,8 @@ class StockSync:
         self.pull_compressions = tf.constant(0, tf.int64)  # TF compresses nothing
         return tf.group(train_op, *counted)
 
-    def make_session_run_hook(self, is_chief, num_tokens=-1):
+    def make_session_run_hook(self, is_chief, num_tokens=-1, stall_timeout=None):
+        del stall_timeout  # TF's hook has no watchdog; the job's own watches
         return self._sync.make_session_run_hook(is_chief, num_tokens)
 
     @staticmethod

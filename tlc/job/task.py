@@ -10,8 +10,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.util import deprecation  # pylint: disable=no-name-in-module
 
-from tlc import moments, placement, replica
-from tlc.job import autotune, data, models, plots, trace, watchdog
+from tlc import moments, placement, replica, watchdog
+from tlc.job import autotune, data, models, plots, trace
 from tlc.job import cluster as cl
 from tlc.job.flagcheck import compressor_from_flags, pull_compressor_from_flags
 from tlc.job.stock import StockSync
@@ -228,8 +228,10 @@ def _run_worker(server, cluster, spec, index, config, flags, dog):
     # No initial tokens: the first update then waits for every worker's first
     # gradient, so a chief that is ready early cannot take all the tokens and
     # train alone while the others are still copying the model.
+    # The job's own watchdog (`dog`, with the servers' addresses) watches.
     hooks = [sync.make_session_run_hook(is_chief, num_tokens=0, checkpoint_dir=shards_dir,
-                                        save_checkpoint_steps=flags.checkpoint_steps or None)]
+                                        save_checkpoint_steps=flags.checkpoint_steps or None,
+                                        stall_timeout=None)]
     traffic = sync.traffic
     start = time.time()
     summary = {"task": index, "model": model_name, "compressor": sync.compressor.describe(),

@@ -1,14 +1,19 @@
 """Session hook: initialises tokens and local state, runs the chief's queue
-runner, resyncs a worker that fell too far behind, and keeps this worker's
-push memory in its shards (residuals.py). It uses only the pieces it is given
-(startup.SessionOps, full_sync.FullSync, recovery.Recovery)."""
+runner, resyncs a worker that fell too far behind, keeps this worker's push
+memory in its shards (residuals.py), gives the session its init op
+(recovery.Recovery), and watches the parameter servers and the steps
+(tlc.watchdog). It uses only the pieces it is given (startup.SessionOps,
+full_sync.FullSync, recovery.Recovery)."""
+import math
 import os
 import threading
 import time
 
 import tensorflow as tf
 
+from tlc import watchdog
 from tlc.optimizer import residuals as residuals_lib
+from tlc.optimizer import state
 from tlc.optimizer.recovery import check_not_behind
 
 
@@ -30,18 +35,28 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
     resyncs a worker that fell too far behind."""
 
     def __init__(self, built, is_chief, num_tokens, make_init_tokens, checkpoint_dir=None,
-                 save_checkpoint_steps=None):
+                 save_checkpoint_steps=None, stall_timeout=60.0, unreachable_timeout=600.0):
         """built() -> what apply_gradients built (session_ops, full_sync,
         recovery), or None before; make_init_tokens() -> the chief's init op.
         checkpoint_dir: where this worker keeps its push-memory shards (the
         chief's checkpoint directory if shared, else its own run directory);
-        save_checkpoint_steps: the chief's save interval in steps, if any."""
+        save_checkpoint_steps: the chief's save interval in steps, if any.
+        stall_timeout, unreachable_timeout: seconds (see tlc.watchdog; None:
+        no watchdog, the main job has its own)."""
+        for name, value in (("stall_timeout", stall_timeout),
+                            ("unreachable_timeout", unreachable_timeout)):
+            if value is not None and not (isinstance(value, (int, float))
+                                          and math.isfinite(value) and value > 0):
+                raise ValueError(f"make_session_run_hook: {name} must be a finite number of "
+                                 f"seconds > 0 (or None), got {value!r}")
         self._built = built
         self._is_chief = is_chief
         self._num_tokens = num_tokens
         self._make_init_tokens = make_init_tokens
         self._checkpoint_dir = checkpoint_dir
         self._save_steps = save_checkpoint_steps
+        self._timeouts = (stall_timeout, unreachable_timeout)
+        self._watchdog = None
         self._seen_version = 0  # newest model version this process has trained on
         self._version = None  # the global step of this worker's model after its last step
         self._next_save = None  # the step at which the chief saves next by steps
@@ -55,6 +70,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
                              "the hook.")
         self._ops, self._full_sync, self._recovery = (built.session_ops, built.full_sync,
                                                       built.recovery)
+        self._shared = built.shared
         self._init_tokens = self._make_init_tokens() if self._is_chief else None
         self._residuals = self._ops.residuals
         # Before the Scaffold picks the graph's saver: tlc's saves its state.
@@ -67,6 +83,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.INIT_OP, init_op)
 
     def after_create_session(self, session, coord):
+        self._watch(session)
         self._recovery.init_persistent(session)
         session.run(self._ops.hook_present)  # this hook resyncs, not the step
         deadline = time.time() + 300
@@ -102,6 +119,30 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
                 # for the tokens it would have released.
                 session.run(self._ops.restart_tokens)
             self._start_chief_updates(session, coord)
+        if self._watchdog is not None:
+            self._watchdog.step_ended()  # a step cut short by the last session's end
+
+    def _watch(self, session):
+        """From the first session on (a gRPC one), names a parameter server
+        that does not answer and a step (or a session being re-created)
+        that waits, and gives up, as the main job's workers do; it stops
+        with the session (MonitoredSession un-finalizes the graph at close)."""
+        stall, unreachable = self._timeouts
+        if self._watchdog is not None or stall is None or unreachable is None \
+                or not session.sess_str:
+            return
+        shared = self._shared
+        tasks = sorted({spec.task or 0 for spec in (
+            tf.DeviceSpec.from_string(v.device) for v in tf.compat.v1.global_variables())
+            if spec.job == "ps"})
+        servers = {f"ps{task}": f"/job:ps/task:{task}" for task in tasks}
+        prober = watchdog.TensorFlowProber(session.sess_str, shared.worker_host, servers,
+                                           deadline=max(1.0, stall / 2))
+        graph = session.graph
+        self._watchdog = watchdog.Watchdog(
+            f"worker {state.worker_index(shared.worker_host)}", dict.fromkeys(servers), unreachable,
+            prober=prober, stall_timeout=stall, setting="",
+            alive=lambda: graph.finalized).start()
 
     def _say_restored(self, restored_at):
         """One line on tlc's state after a checkpoint restore (chief)."""
@@ -218,6 +259,8 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
 
     def before_run(self, run_context):
         if _fetches_any(run_context.original_args.fetches, self._ops.step_op_names):
+            if self._watchdog is not None:
+                self._watchdog.step_started(self._seen_version + 1)
             return tf.compat.v1.train.SessionRunArgs(
                 (self._ops.needs_full_sync, self._ops.version_after_step))
         return None
@@ -225,6 +268,8 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         if run_values.results is None:
             return
+        if self._watchdog is not None:
+            self._watchdog.step_ended()
         needs_full_sync, version = run_values.results
         self._seen_version = max(self._seen_version, int(version))
         before, self._version = self._version, int(version)
@@ -234,6 +279,9 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             self._save_push_memory_if_saved(run_context.session, before)
 
     def end(self, session):
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
         if not self._is_chief and self._version is not None:
             # The chief's last checkpoint is at the last update: this
             # worker's last step's.

@@ -170,14 +170,20 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
         return built.session_ops.init_tokens(num_tokens)
 
     def make_session_run_hook(self, is_chief, num_tokens=-1, checkpoint_dir=None,
-                              save_checkpoint_steps=None):
-        """checkpoint_dir, save_checkpoint_steps: where this worker keeps its
+                              save_checkpoint_steps=None, stall_timeout=60.0,
+                              unreachable_timeout=600.0):
+        """TF's hook, and a watchdog: a parameter server that has not answered
+        for stall_timeout seconds, or a step (or a session being re-created)
+        waiting that long, is named on the console; after unreachable_timeout
+        seconds the process gives up (exit 1). None: no watchdog.
+        checkpoint_dir, save_checkpoint_steps: where this worker keeps its
         push-memory shards and the chief's save interval (residuals.py)."""
         # The pieces are looked up when the session begins: TF's hook may be
         # made before minimize().
         return SyncReplicasHook(lambda: self._built, is_chief, num_tokens,
                                 lambda: self.get_init_tokens_op(num_tokens),
-                                checkpoint_dir, save_checkpoint_steps)
+                                checkpoint_dir, save_checkpoint_steps,
+                                stall_timeout, unreachable_timeout)
 
     # What TF's recipes run (Supervisor, a plain Session), as TF names them.
     @property

@@ -1,4 +1,5 @@
-"""A worker never waits silently for a parameter server.
+"""A worker never waits silently (the main job's workers, and any job whose
+session has SyncReplicasOptimizer's hook).
 
 TF's gRPC runtime retries an unreachable task forever without a word (its
 "still waiting" lines are C++ INFO logs), and a frozen server (stopped, or
@@ -11,8 +12,9 @@ a deadline, from a thread of its own. Lines, at growing intervals:
   worker 1: ps0 at host:port has not answered for 60 s ... (connects, no answer)
   worker 1: step 212 has waited 60 s; every parameter server answers ...
 
-After `timeout` seconds without a connection or an answer the process ends
-with exit code 1.
+After `timeout` seconds without a connection or an answer, or of a step
+waiting, the process ends with exit code 1. Without a server's address (a
+hook knows only its device) the prober's answers alone tell.
 """
 import os
 import socket
@@ -99,8 +101,13 @@ class Watchdog:
     waiting `stall_timeout` seconds while every server answers is named.
     """
 
-    def __init__(self, who, targets, timeout, give_up=None, prober=None, stall_timeout=None):
+    def __init__(self, who, targets, timeout, give_up=None, prober=None, stall_timeout=None,
+                 setting="--", alive=None):
+        """targets: {name: "host:port", or None if only the prober asks it};
+        setting: how the timeouts are named in the lines ("--": flags);
+        alive: optional, the watchdog stops once alive() is false."""
         self.who, self.targets, self.timeout = who, dict(targets), float(timeout)
+        self._setting, self._alive = setting, alive
         self.prober = prober
         self.stall_timeout = float(stall_timeout if stall_timeout is not None else timeout)
         self._give_up = give_up or _exit_now
@@ -137,10 +144,13 @@ class Watchdog:
         down_since, reported, silent_reported, up_since = {}, {}, {}, {}
         step_reported = (None, 0)
         while not self._stop.wait(PROBE_EVERY):
+            if self._alive is not None and not self._alive():
+                self.stop()
+                return
             now = time.time()
             quiet = []  # servers that connect but do not answer
             for name, address in self.targets.items():
-                if reachable(address):
+                if address is None or reachable(address):
                     if name in down_since:
                         up_since[name] = now  # its silence counts from now
                         if reported.get(name):
@@ -161,9 +171,12 @@ class Watchdog:
                           flush=True)
                 if waited >= self.timeout:
                     self._stop_now(f"{self.who}: giving up: {name} at {address} has been "
-                                   f"unreachable for {waited:.0f} s (--unreachable_timeout="
-                                   f"{self.timeout:g})")
+                                   f"unreachable for {waited:.0f} s ("
+                                   f"{self._named('unreachable_timeout', self.timeout)})")
             step_reported = self._check_step(now, quiet or down_since, step_reported)
+
+    def _named(self, setting, value):
+        return f"{self._setting}{setting}={value:g}"
 
     def _stop_now(self, message):
         self._give_up(message)
@@ -176,35 +189,43 @@ class Watchdog:
             return False
         last = self.prober.last_answer(name)
         silent = now - max(last or since, since)
+        where = name if address is None else f"{name} at {address}"
         if silent < self.stall_timeout:
             if reported.pop(name, 0):
-                print(f"{self.who}: {name} at {address} answers again", flush=True)
+                print(f"{self.who}: {where} answers again", flush=True)
             return False
         due = [t for t in report_times(self.timeout, self.stall_timeout) if t <= silent]
         if len(due) > reported.get(name, 0):
             reported[name] = len(due)
-            print(f"{self.who}: {name} at {address} has not answered for {due[-1]:.0f} s "
-                  f"(it accepts connections: stopped or stuck?; --stall_timeout="
-                  f"{self.stall_timeout:g})", flush=True)
+            why = "down, cut off" if address is None else "it accepts connections"
+            print(f"{self.who}: {where} has not answered for {due[-1]:.0f} s "
+                  f"({why}: stopped or stuck?; "
+                  f"{self._named('stall_timeout', self.stall_timeout)})", flush=True)
         if silent >= self.timeout:
-            self._stop_now(f"{self.who}: giving up: {name} at {address} has not answered for "
-                           f"{silent:.0f} s (--unreachable_timeout={self.timeout:g})")
+            self._stop_now(f"{self.who}: giving up: {where} has not answered for "
+                           f"{silent:.0f} s ({self._named('unreachable_timeout', self.timeout)})")
         return True
 
     def _check_step(self, now, servers_named, reported):
         """Names a training step that has waited --stall_timeout while every
-        server answers (the wait is elsewhere: other workers, the chief).
+        server answers (the wait is elsewhere: other workers, the chief), and
+        gives up once it has waited `timeout`: what it waits for is gone.
         reported: ((step, since), lines so far) of the step last looked at."""
         current = self._step
         if current is None or self.prober is None:
             return (None, 0)
         count = reported[1] if reported[0] == current else 0
-        due = [t for t in report_times(1e9, self.stall_timeout) if t <= now - current[1]]
+        waited = now - current[1]
+        due = [t for t in report_times(self.timeout, self.stall_timeout) if t <= waited]
         if len(due) > count:
             if not servers_named:  # a silent server has been named already
                 print(f"{self.who}: step {current[0]} has waited {due[-1]:.0f} s; every "
                       "parameter server answers (waiting for other workers?)", flush=True)
             count = len(due)
+        if waited >= self.timeout and not servers_named:
+            self._stop_now(f"{self.who}: giving up: step {current[0]} has waited {waited:.0f} s "
+                           "while every parameter server answers "
+                           f"({self._named('unreachable_timeout', self.timeout)})")
         return (current, count)
 
 
