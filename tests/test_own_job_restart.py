@@ -137,3 +137,30 @@ def test_own_job_names_a_frozen_ps_and_gives_up(tmp_path):
         assert named and gave_up and named.start() < gave_up.start(), log[-3000:]
         assert int(gave_up.group(1)) >= unreachable
         assert job.procs[("worker", index)].returncode == 1
+
+
+def test_own_job_worker_names_a_step_waiting_for_a_dead_chief_and_gives_up(tmp_path):
+    # The chief killed for good: worker 1's step waits for an update that
+    # never comes while the PS answers. It must say so within stall_timeout
+    # and give up (exit 1) after unreachable_timeout, not wait silently.
+    stall, unreachable = 5, 30
+    job = OwnJob(tmp_path, 100000, [f"--stall_timeout={stall}",
+                                    f"--unreachable_timeout={unreachable}"])
+    try:
+        for task in (("ps", 0), ("worker", 0), ("worker", 1)):
+            job.start(*task)
+        wait_for(lambda: job.chief_step() >= 40, 900, "the chief's step 40")
+        job.kill("worker", 0)
+        worker = job.procs[("worker", 1)]
+        wait_for(lambda: worker.poll() is not None, 900, "worker 1 to give up")
+    finally:
+        job.stop()
+    log = job.log("worker", 1)
+    named = re.search(rf"^worker 1: step \d+ has waited {stall} s; every parameter server "
+                      r"answers \(waiting for other workers\?\)$", log, re.M)
+    gave_up = re.search(r"^worker 1: giving up: step \d+ has waited (\d+) s while every "
+                        rf"parameter server answers \(unreachable_timeout={unreachable}\)$",
+                        log, re.M)
+    assert named and gave_up and named.start() < gave_up.start(), log[-3000:]
+    assert int(gave_up.group(1)) >= unreachable
+    assert worker.returncode == 1
