@@ -130,7 +130,7 @@ def test_own_job_names_a_frozen_ps_and_gives_up(tmp_path):
         job.stop()
     for index in range(2):
         log = job.log("worker", index)
-        named = re.search(rf"^worker {index}: ps0 has not answered for {stall} s \(down, cut off: "
+        named = re.search(rf"^worker {index}: ps0 has not answered for {stall} s \(down, cut off, "
                           rf"stopped or stuck\?; stall_timeout={stall}\)$", log, re.M)
         gave_up = re.search(rf"^worker {index}: giving up: ps0 has not answered for (\d+) s "
                             rf"\(unreachable_timeout={unreachable}\)$", log, re.M)

@@ -197,9 +197,9 @@ class Watchdog:
         due = [t for t in report_times(self.timeout, self.stall_timeout) if t <= silent]
         if len(due) > reported.get(name, 0):
             reported[name] = len(due)
-            why = "down, cut off" if address is None else "it accepts connections"
-            print(f"{self.who}: {where} has not answered for {due[-1]:.0f} s "
-                  f"({why}: stopped or stuck?; "
+            why = "down, cut off, stopped or stuck?" if address is None else \
+                "it accepts connections: stopped or stuck?"
+            print(f"{self.who}: {where} has not answered for {due[-1]:.0f} s ({why}; "
                   f"{self._named('stall_timeout', self.stall_timeout)})", flush=True)
         if silent >= self.timeout:
             self._stop_now(f"{self.who}: giving up: {where} has not answered for "
