@@ -14,7 +14,7 @@ session does not reset them.
 """
 import tensorflow as tf
 from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=no-name-in-module
-from tensorflow.python.ops import resources  # pylint: disable=no-name-in-module
+from tensorflow.python.ops import resource_variable_ops, resources  # pylint: disable=no-name-in-module
 
 from tlc import session as tlc_session
 from tlc.optimizer import state
@@ -73,35 +73,54 @@ class Recovery:
         if self.init_op is not None:
             return self.init_op
         shared, entries = self._shared, self._entries
+        worker = shared.worker
         with tf.device(shared.worker_host):
             has_copy = tf.cond(self._local_version_unset, lambda: False,
-                               lambda: shared.worker.local_version.read_value() > 0)
-        donated = {e.master.name for e in entries if e.has_local_copy}
-        donated |= {e.shadow.name for e in entries if e.has_local_copy and e.shadow is not None}
-        donated.add(shared.global_step.name)
+                               lambda: worker.local_version.read_value() > 0)
+        copies = {e.master.name: e.local for e in entries if e.has_local_copy}
         model = tf.compat.v1.global_variables()
-        self._restarted_fresh = sorted(v.op.name for v in model if v.name not in donated)
+        self._restarted_fresh = sorted(v.op.name for v in model if v.name not in copies
+                                       and v is not shared.global_step)
         self._server_uninitialised = tf.compat.v1.report_uninitialized_variables(model)
+        # A reference variable (TF1's kind) cannot be assigned inside a cond's
+        # branch (a function): it gets its copy's value, or its initial one,
+        # through tf.where; only reads of the worker's copies are in conds.
+        refs = [v for v in model if not resource_variable_ops.is_resource_variable(v)]
+        ref_assigns = []
+        for v in refs:
+            if v is shared.global_step:
+                copy = tf.cast(_read_if(has_copy, worker.local_version), v.dtype.base_dtype)
+            elif v.name in copies:
+                copy = _read_if(has_copy, copies[v.name])
+            else:
+                copy = v.initial_value
+            with tf.device(v.device):
+                ref_assigns.append(tf.compat.v1.assign(v, tf.where(has_copy, copy,
+                                                                   v.initial_value)))
+        resources_only = [v for v in model if resource_variable_ops.is_resource_variable(v)]
 
         def from_copy():
-            return self._restore_ops(shared, entries, model, donated)
+            return self._restore_ops(shared, entries, resources_only, copies)
 
         def fresh():
-            return tf.group(*[v.assign(v.initial_value, read_value=False) for v in model])
+            return tf.group(*[v.assign(v.initial_value, read_value=False)
+                              for v in resources_only])
 
         # Ops made inside a branch run only in it (variable.initializer, made
         # outside, would run either way).
+        with tf.control_dependencies(ref_assigns):
+            chosen = tf.cond(has_copy, from_copy, fresh)
         self.init_op = tf.group(
-            tf.cond(has_copy, from_copy, fresh),
-            resources.initialize_resources(resources.shared_resources()),
+            chosen, resources.initialize_resources(resources.shared_resources()),
             *tf.compat.v1.get_collection("saved_model_initializers"),
             name="tlc_init_or_restore_from_copy")
         return self.init_op
 
-    def _restore_ops(self, shared, entries, model, donated):
+    def _restore_ops(self, shared, entries, model, copies):
         """Master and shadow from the chief's local copy, the global step from
-        its version, tlc's PS counters to match; the rest (optimizer slots)
-        afresh. The shadows become ready last: workers wait for that."""
+        its version, tlc's PS counters to match; the rest of `model` (resource
+        variables: optimizer slots) afresh. The shadows become ready last:
+        workers wait for that."""
         gs, server = shared.global_step, shared.server
         local_version = shared.worker.local_version.read_value()
         restore = []
@@ -111,13 +130,14 @@ class Recovery:
             value = entry.local.read_value()
             with tf.device(entry.master.device):
                 for target in (entry.master, entry.shadow):
-                    if target is not None:
+                    if target is not None and resource_variable_ops.is_resource_variable(target):
                         restore.append(target.assign(value, read_value=False))
         num_compressed = sum(1 for e in entries if e.shadow is not None)
         with tf.device(gs.device):
             step = tf.cast(local_version, gs.dtype.base_dtype)
-            restore += [gs.assign(step, read_value=False),
-                        server.pull_begin.assign(step, read_value=False),
+            if resource_variable_ops.is_resource_variable(gs):
+                restore.append(gs.assign(step, read_value=False))
+            restore += [server.pull_begin.assign(step, read_value=False),
                         server.takes_in_update.assign(0, read_value=False),
                         server.update_seconds.assign(server.update_seconds.initial_value,
                                                      read_value=False),
@@ -125,7 +145,7 @@ class Recovery:
                         server.pull_compressions.assign(local_version * num_compressed,
                                                         read_value=False)]
         restore += [v.assign(v.initial_value, read_value=False)
-                    for v in model if v.name not in donated]
+                    for v in model if v.name not in copies and v is not gs]
         restore.append(self._restored_at.assign(local_version, read_value=False))
         with tf.control_dependencies(restore), tf.device(gs.device):
             return server.shadow_ready.assign(True, read_value=False)
@@ -178,3 +198,11 @@ class Recovery:
         print(f"tlc: parameter servers were restarted: model restored at step {at} from "
               f"the chief's local copy; optimizer slots restarted at zero "
               f"({len(self._restarted_fresh)} variables re-initialised)", flush=True)
+
+
+def _read_if(condition, variable):
+    """variable's value if condition, else zeros: a worker-local variable
+    that may be uninitialised is read only when it holds a value."""
+    with tf.device(variable.device):
+        return tf.cond(condition, variable.read_value,
+                       lambda: tf.zeros(variable.shape, variable.dtype.base_dtype))
