@@ -114,7 +114,9 @@ def test_own_job_names_a_frozen_ps_and_gives_up(tmp_path):
     # The PS stopped (SIGSTOP): its kernel still accepts connections, nothing
     # answers. Each worker must name it within stall_timeout and give up
     # (exit 1) after unreachable_timeout; before, both waited silently forever.
-    stall, unreachable = 5, 30
+    # Above the first step's wait: a plain MonitoredTrainingSession's other
+    # worker polls for the chief's model every 30 s, so it may start 30 s+ later.
+    stall, unreachable = 5, 120
     job = OwnJob(tmp_path, 100000, [f"--stall_timeout={stall}",
                                     f"--unreachable_timeout={unreachable}"])
     tasks = (("ps", 0), ("worker", 0), ("worker", 1))
@@ -143,7 +145,9 @@ def test_own_job_worker_names_a_step_waiting_for_a_dead_chief_and_gives_up(tmp_p
     # The chief killed for good: worker 1's step waits for an update that
     # never comes while the PS answers. It must say so within stall_timeout
     # and give up (exit 1) after unreachable_timeout, not wait silently.
-    stall, unreachable = 5, 30
+    # Above the first step's wait: a plain MonitoredTrainingSession's other
+    # worker polls for the chief's model every 30 s, so it may start 30 s+ later.
+    stall, unreachable = 5, 120
     job = OwnJob(tmp_path, 100000, [f"--stall_timeout={stall}",
                                     f"--unreachable_timeout={unreachable}"])
     try:
