@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
+from benchmarks.jobs import wait_for
 from tlc.job.cluster import free_ports
-from waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
