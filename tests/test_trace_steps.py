@@ -15,7 +15,11 @@ from tlc.job import flagcheck, plots, trace
 pytestmark = pytest.mark.cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TRACED = 2
+TRACED = 3
+# A traced step whose push transfer TF's stats leave out (seen now and then on
+# a busy machine) is named in one line and left out of the figures; each
+# worker must still give phases for most of its traced steps.
+MIN_RECORDED = TRACED - 1
 PS = "/job:ps/replica:0/task:0/"
 
 
@@ -24,7 +28,7 @@ def traced_run(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("trace") / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "tlc.train", "--flagfile=configs/fashion_mnist.cfg",
-         "--steps=10", "--log_every=5", "--eval_every=0", f"--trace_steps={TRACED}",
+         "--steps=12", "--log_every=5", "--eval_every=0", f"--trace_steps={TRACED}",
          f"--logdir={logdir}"],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -42,9 +46,10 @@ def test_chrome_traces_hold_the_workers_and_the_ps_devices(traced_run):
     for index, report in _reports(summary).items():
         files = report["trace"]["files"]
         steps = [r["step"] for r in report["trace"]["steps"]]
-        assert len(files) == TRACED
-        assert files == [f"trace_worker{index}_step{s}.json" for s in steps]
-        for name in files:
+        assert len(files) == TRACED and len(steps) >= MIN_RECORDED, (files, steps)
+        recorded = [f"trace_worker{index}_step{s}.json" for s in steps]
+        assert set(recorded) <= set(files), (recorded, files)
+        for name in recorded:
             with open(logdir / name, encoding="utf-8") as f:
                 events = json.load(f)["traceEvents"]
             pids = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
@@ -58,7 +63,8 @@ def test_chrome_traces_hold_the_workers_and_the_ps_devices(traced_run):
 def test_phases_come_in_order_and_match_the_trace(traced_run):
     _, logdir, summary = traced_run
     for index, report in _reports(summary).items():
-        for record, name in zip(report["trace"]["steps"], report["trace"]["files"]):
+        for record in report["trace"]["steps"]:
+            name = f"trace_worker{index}_step{record['step']}.json"
             assert all(record[p] for p in trace.PHASES), record
             compute_end = max(b for _, b in record["compute"])
             # The last push message (the first layers' bucket) crosses once
@@ -96,7 +102,8 @@ def test_summary_says_how_much_wire_ran_under_compute(traced_run):
     figures = summary["wire_under_compute"]
     records = [r["trace"]["steps"] for r in _reports(summary).values()]
     assert figures == trace.wire_under_compute(records)
-    assert figures["traced_steps"] == 2 * TRACED and figures["wire_ms"] > 0
+    assert figures["traced_steps"] == sum(len(r) for r in records) >= 2 * MIN_RECORDED
+    assert figures["wire_ms"] > 0
     assert 0 <= figures["under_compute_ms"] <= figures["wire_ms"]
     line = next(line for line in proc.stdout.splitlines() if "step time (ms)" in line)
     found = re.search(r"wire under compute (\d+) ms of (\d+) ms \((\d+) %\)", line)

@@ -17,9 +17,9 @@ and replay.py's reply):
   reply arrives. TF's own train op (local step = token) runs after it and
   counts as pull.
 - push: the worker's `tlc_encode_push/` ops (compression, error feedback),
-  its TlcPackMessage ops (one step message per PS), and the message's
-  transfer: the RecvTensor on a PS of a tensor named after one of those
-  TlcPackMessage ops. "Sending" is when the first push message begins to
+  its TlcPackMessage ops (up to 3 push messages per PS, last layers
+  first: channel.push_buckets), and the messages' transfers: the RecvTensor
+  on a PS of a tensor named after one of those TlcPackMessage ops. "Sending" is when the first push message begins to
   cross, "sent" when the last one is in on its PS.
 - wait: one interval, from sent to received: the PS decodes and
   accumulates the push, the token dequeue waits for the round and the
@@ -32,7 +32,9 @@ and replay.py's reply):
   bookkeeping and TF's train op).
 
 Ops of the optimizer before the reply that are none of these (time stamps,
-byte counts) are left out: microseconds each.
+byte counts) are left out: microseconds each. Now and then (a busy machine)
+TF's stats of a traced step hold no push transfer; that step is named in one
+line and left out of the figures (its Chrome trace is still written).
 """
 import os
 
