@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from graph_walk import ancestors
 from local_cluster import create_local_cluster
 from tlc import Float32, SyncReplicasOptimizer, ThreeLC, replica
 
@@ -340,17 +341,6 @@ WRITERS = {"Assign", "AssignVariableOp", "AssignAddVariableOp", "DestroyResource
            "StatelessIf"}
 
 
-def _ancestors(op):
-    seen, stack = set(), [op]
-    while stack:
-        current = stack.pop()
-        for parent in [t.op for t in current.inputs] + list(current.control_inputs):
-            if parent not in seen:
-                seen.add(parent)
-                stack.append(parent)
-    return seen
-
-
 @pytest.mark.parametrize("init", ["chief_init_op", "local_step_init_op"])
 def test_init_ops_write_local_variables_after_their_initializers(init):
     """Point 3, whatever order a run picks inside tf.group(tlc's init op,
@@ -374,13 +364,13 @@ def test_init_ops_write_local_variables_after_their_initializers(init):
         op = getattr(opt, init)
         local = {v.op: v for v in tf.compat.v1.local_variables()}
         written = set()
-        for writer in _ancestors(op) | {op}:
+        for writer in ancestors(op) | {op}:
             if writer.type not in WRITERS:
                 continue
             for target in {t.op for t in writer.inputs} & set(local):
                 variable = local[target]
                 written.add(variable.op.name)
-                assert writer is variable.initializer or variable.initializer in _ancestors(writer), (
+                assert writer is variable.initializer or variable.initializer in ancestors(writer), (
                     f"{writer.name} writes {variable.op.name} with no order against its initializer")
         assert {"small/local", "big/local", "sync_rep_local_step"} <= written
         assert any(name.endswith("tlc_local_version") for name in written)

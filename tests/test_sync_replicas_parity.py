@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from graph_walk import ancestors
 import tlc.ops  # noqa: F401
 from tlc import Float32, SyncReplicasOptimizer, ThreeLC, replica
 
@@ -229,17 +230,6 @@ def test_errors_before_apply_gradients_read_as_tfs(call):
 
 
 # --- point 2: small local copies read the master after the token ---------
-
-def ancestors(op):
-    seen, todo = set(), [op]
-    while todo:
-        current = todo.pop()
-        for parent in [t.op for t in current.inputs] + list(current.control_inputs):
-            if parent not in seen:
-                seen.add(parent)
-                todo.append(parent)
-    return seen
-
 
 def test_small_local_copy_reads_its_master_after_the_token():
     """The worker step's refresh of an uncompressed local copy reads the
