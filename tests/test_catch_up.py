@@ -22,6 +22,7 @@ import tensorflow as tf
 from graph_walk import ancestors
 from local_cluster import create_local_cluster
 from tlc import Float32, SyncReplicasOptimizer, ThreeLC, replica
+from tlc.session import training_session
 
 pytestmark = pytest.mark.cluster
 
@@ -73,8 +74,9 @@ class Worker:
 
     def _hook_session(self, job, target):
         hook = self.opt.make_session_run_hook(self.is_chief, num_tokens=job.total)
-        return tf.compat.v1.train.MonitoredTrainingSession(master=target, is_chief=self.is_chief,
-                                                           hooks=[hook])
+        # MonitoredTrainingSession with a 0.5 s (not 30 s) poll of a worker
+        # waiting for the chief's model: the same hook and session ops.
+        return training_session(target, self.is_chief, [hook])
 
     def _recipe_session(self, job, target):
         """Issue 31 point 3: the Supervisor-era init recipe, TF's init op

@@ -62,8 +62,11 @@ class StockSync:
         self.pull_compressions = tf.constant(0, tf.int64)  # TF compresses nothing
         return tf.group(train_op, *counted)
 
-    def make_session_run_hook(self, is_chief, num_tokens=-1, stall_timeout=None):
-        del stall_timeout  # TF's hook has no watchdog; the job's own watches
+    def make_session_run_hook(self, is_chief, num_tokens=-1, checkpoint_dir=None,
+                              save_checkpoint_steps=None, stall_timeout=None):
+        # TF's optimizer keeps no push memory (nothing to shard) and its hook
+        # has no watchdog (the job's own watches): tlc's hook arguments go unused.
+        del checkpoint_dir, save_checkpoint_steps, stall_timeout
         return self._sync.make_session_run_hook(is_chief, num_tokens)
 
     @staticmethod
