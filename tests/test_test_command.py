@@ -17,3 +17,16 @@ def test_the_test_command_prints_the_slowest_tests():
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "slowest 25 durations" in run.stdout, run.stdout[-3000:]
     assert "1 passed, 2 deselected" in run.stdout, run.stdout[-3000:]
+
+
+def test_the_whole_suite_runs_every_test_file_once():
+    run = subprocess.run(["bash", "scripts/test.sh"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=1800, env={**os.environ, "TLC_TEST_PLAN": "1"})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    groups = dict(line.split(": ", 1) for line in run.stdout.splitlines() if ": " in line)
+    assert set(groups) == {"beside", "first", "then"}, run.stdout
+    planned = [f for files in groups.values() for f in files.split()]
+    on_disk = sorted(os.path.join("tests", f) for f in os.listdir(os.path.join(ROOT, "tests"))
+                     if f.startswith("test_") and f.endswith(".py"))
+    assert sorted(planned) == on_disk
+    assert "tests/test_partitions.py" in groups["beside"].split()
