@@ -79,6 +79,7 @@ ROWS = [
     ("--pull_sparsity_multiplier", ["--pull_compressor=float32",
                                     "--pull_sparsity_multiplier=1.5"]),
     ("--compress_threshold", ["--compress_threshold=-1"]),
+    ("--push_buckets", ["--push_buckets=0"]),
     ("--logdir", ["--logdir=/proc/tlc-run"]),
     ("--log_every", ["--log_every=0"]),
     ("--trace_steps", ["--trace_steps=-1"]),

@@ -17,7 +17,7 @@ from tlc.job import models
 pytestmark = pytest.mark.cluster
 
 
-def _build(model, worker_id, num_ps, replicas=2):
+def _build(model, worker_id, num_ps, replicas=2, **options):
     """One worker's graph: the model under local copies, TF's placement."""
     graph = tf.Graph()
     worker = f"/job:worker/task:{worker_id}"
@@ -35,7 +35,7 @@ def _build(model, worker_id, num_ps, replicas=2):
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
                 labels=labels, logits=logits))
             opt = SyncReplicasOptimizer(tf.compat.v1.train.MomentumOptimizer(0.01, 0.9), replicas, replicas,
-                                        compressor=ThreeLC(1.0))
+                                        compressor=ThreeLC(1.0), **options)
             with tf.control_dependencies(tf.compat.v1.get_collection(
                     tf.compat.v1.GraphKeys.UPDATE_OPS)):
                 train_op = opt.minimize(loss, global_step=gs)
@@ -163,6 +163,21 @@ def test_two_servers_few_messages_each_way_each():
     assert syncs == [1, 1]
     for check in checks:
         assert check["equal"] is True, check
+
+
+@pytest.mark.parametrize("most", [1, 2, 5])
+def test_push_buckets_sets_the_most_messages_per_ps(most):
+    """push_buckets=1 is the push before overlap (one message after the last
+    gradient), the A of an A/B benchmark; more buckets than layers that
+    fill a share each gives fewer."""
+    _, opt, _ = _build("resnet20", 0, 1, push_buckets=most)
+    buckets = _push_buckets(opt)["/job:ps/task:0"]
+    assert len(buckets) == most, [len(b) for b in buckets]
+
+
+def test_push_buckets_below_one_is_refused():
+    with pytest.raises(ValueError, match="push_buckets must be >= 1, got 0"):
+        SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), 2, push_buckets=0)
 
 
 def _ancestors(tensors):

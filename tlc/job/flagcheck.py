@@ -18,7 +18,7 @@ MODELS = ("mlp", "resnet110", "resnet20", "resnet32", "small_cnn")
 DATASETS = ("cifar10", "fashion_mnist")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 AT_LEAST_ONE = ("steps", "batch_size", "log_every", "num_ps", "num_workers", "eval_batch",
-                "eval_examples")
+                "eval_examples", "push_buckets")
 MAX_SEED = 2**31 - 1  # numpy and TF both take it; TF gets seed * 1000 + task
 HINT = "see --helpfull for every flag"
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
@@ -76,6 +76,7 @@ ALLOWED = {
     "pull_compressor": "one of " + ", ".join(COMPRESSOR_NAMES),
     "pull_sparsity_multiplier": "a number in [1, 2), with a 3lc model pull",
     "compress_threshold": "an integer >= 0",
+    "push_buckets": "an integer >= 1",
     "logdir": "a writable directory",
     "log_every": "an integer >= 1",
     "trace_steps": "an integer >= 0 (0: off)",

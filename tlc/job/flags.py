@@ -56,6 +56,8 @@ flags.DEFINE_string("pull_compressor", None, "Compressor for model pulls (defaul
 flags.DEFINE_float("pull_sparsity_multiplier", None, "3LC sparsity multiplier of the model pull "
                    "in [1, 2) (default: --sparsity_multiplier). Needs a 3lc pull compressor.")
 flags.DEFINE_integer("compress_threshold", 1024, "Tensors with fewer elements go uncompressed.")
+flags.DEFINE_integer("push_buckets", 3, "Push messages per PS at most, last layers first, each "
+                     "sent once its gradients are in (1: one message after backprop, no overlap).")
 # Output.
 flags.DEFINE_string("logdir", None, "Run directory: task logs, TensorBoard, checkpoints, "
                     "summary.json (default: runs/<time>).")

@@ -174,7 +174,8 @@ def _tlc_optimizer(flags, num_workers, per_example_loss):
         total_num_replicas=num_workers,
         compressor=compressor,
         pull_compressor=pull_compressor_from_flags(flags),
-        compress_threshold=flags.compress_threshold)
+        compress_threshold=flags.compress_threshold,
+        push_buckets=flags.push_buckets)
 
 
 def _run_worker(server, cluster, spec, index, config, flags, dog):

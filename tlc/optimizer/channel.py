@@ -10,9 +10,8 @@ import tensorflow as tf
 from tlc.optimizer import push, records, wire
 
 PUSH_HEAD = ("local_step", "local_version", "is_chief")
-# A push of at most this many messages per PS; one message when its float32
-# gradients are smaller than this (each message costs a head and an RPC).
-MAX_PUSH_BUCKETS = 3
+# One push message when its float32 gradients are smaller than this (each
+# message costs a head and an RPC); else up to Config.push_buckets.
 ONE_BUCKET_BELOW_BYTES = 64 * 1024
 
 
@@ -42,7 +41,7 @@ class Channel:
         layers goes on. Each message carries the head (the PS needs the local
         step for each accumulator); the statistics ride in the first."""
         pushed = [e for e in self.entries if e.name in grads]
-        buckets = push_buckets(pushed)
+        buckets = push_buckets(pushed, shared.config.push_buckets)
         encoded, decoded, messages, templates = {}, {}, [], []
         with tf.device(shared.worker_host):
             worker = shared.worker
@@ -106,16 +105,16 @@ class Channel:
                                            tf.reshape(value, [-1] + row.as_list())).op
 
 
-def push_buckets(pushed):
-    """The pushed entries as ordered buckets, last layers first (entries come
-    in var_list order, first layers first). A bucket closes once it holds a
-    1/MAX_PUSH_BUCKETS share of the gradient bytes and the last takes the
+def push_buckets(pushed, most):
+    """The pushed entries as at most `most` ordered buckets, last layers first
+    (entries come in var_list order, first layers first). A bucket closes once it holds a
+    1/most share of the gradient bytes and the last takes the
     rest, so a layer holding most of the bytes makes fewer buckets. Always at
     least one bucket (maybe empty: the statistics still go)."""
     order = list(reversed(pushed))
     sizes = [e.dtype.size * e.num_elements for e in order]
     total = sum(sizes)
-    count = 1 if total < ONE_BUCKET_BELOW_BYTES else MAX_PUSH_BUCKETS
+    count = 1 if total < ONE_BUCKET_BELOW_BYTES else most
     buckets, current, filled = [], [], 0
     for entry, size in zip(order, sizes):
         current.append(entry)

@@ -24,7 +24,7 @@ class Config:
     """What the user chose (read-only)."""
 
     def __init__(self, opt, replicas_to_aggregate, total_num_replicas, compressor,
-                 pull_compressor, compress_threshold, pull_log_size):
+                 pull_compressor, compress_threshold, pull_log_size, push_buckets):
         self.opt = opt
         self.replicas_to_aggregate = replicas_to_aggregate
         self.total_num_replicas = total_num_replicas
@@ -33,6 +33,8 @@ class Config:
         self.pull_compressor = pull_compressor
         self.compress_threshold = compress_threshold
         self.pull_log_size = pull_log_size
+        # 1: the whole push in one message after the last gradient (no overlap).
+        self.push_buckets = push_buckets
 
 
 def local_variable(value, dtype, name, shape=None, collections=None):

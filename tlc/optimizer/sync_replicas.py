@@ -13,6 +13,7 @@ from tlc.optimizer.state import Config, Shared
 
 DEFAULT_COMPRESS_THRESHOLD = 1024  # elements; batch-norm-sized tensors stay float32
 DEFAULT_PULL_LOG_SIZE = 4          # model deltas a PS keeps for workers catching up
+DEFAULT_PUSH_BUCKETS = 3           # push messages per PS at most (channel.push_buckets)
 
 
 def _as_compressor(value, what):
@@ -39,7 +40,8 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
                  compressor=None,
                  pull_compressor=None,
                  compress_threshold=DEFAULT_COMPRESS_THRESHOLD,
-                 pull_log_size=DEFAULT_PULL_LOG_SIZE):
+                 pull_log_size=DEFAULT_PULL_LOG_SIZE,
+                 push_buckets=DEFAULT_PUSH_BUCKETS):
         if total_num_replicas is None:
             total_num_replicas = replicas_to_aggregate
         if replicas_to_aggregate < 1 or total_num_replicas < 1:
@@ -49,13 +51,16 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
             raise ValueError(f"compress_threshold must be >= 0, got {compress_threshold}")
         if pull_log_size < 1:
             raise ValueError(f"pull_log_size must be >= 1, got {pull_log_size}")
+        if push_buckets < 1:
+            raise ValueError(f"push_buckets must be >= 1, got {push_buckets}")
         super().__init__(use_locking, name)
         compressor = _as_compressor(compressor, "compressor") or ThreeLC(1.0)
         pull_compressor = _as_compressor(pull_compressor, "pull_compressor") or (
             compressor if compressor.supports_pull else Float32())
         self._opt = opt
         self._config = Config(opt, replicas_to_aggregate, total_num_replicas, compressor,
-                              pull_compressor, int(compress_threshold), int(pull_log_size))
+                              pull_compressor, int(compress_threshold), int(pull_log_size),
+                              int(push_buckets))
         self._variable_averages = variable_averages
         self._variables_to_average = variables_to_average
         self._built = None  # what apply_gradients built (worker_step.Step)
