@@ -6,12 +6,13 @@ Stall: the main job (`python -m tlc.train`, configs/fashion_mnist.cfg, 1 PS +
 2 workers, every task in its own network namespace behind --rate), tlc
 (configs/3lc_s1.00.cfg) and stock TF (configs/stock_tf.cfg) run in turn,
 --rounds times each. Per save (the chief's checkpoint files name its step s),
-the extra seconds of the chief's steps s .. s+WINDOW-1 over the run's median
-step (they hold the chief's save and the other worker's shard write), in
-units of that median step; the first save (at session start) and the last
-(after the last step) have no steps around them and are left out. Bytes on
-the PS's link during the window, over what the same number of steps moves
-otherwise: the kernel's counters of the PS's namespace, sampled from here.
+the extra seconds of the chief's steps s .. s+WINDOW-1 (they hold the
+chief's save and the other worker's shard write) over as many usual steps
+(the median of the steps near s outside every save's window), in units of
+that usual step; the first save (at session start) and the last (after the
+last step) have no steps around them and are left out. Bytes on the PS's
+link during the window over as many usual steps, the same way: the kernel's
+counters of the PS's namespace, sampled from here.
 Stock TF's step at 10 Mbit/s is ~20x tlc's, so it runs fewer steps
 (--stock_steps) and saves more often (--stock_checkpoint_steps); what is
 compared is seconds per save.
@@ -21,8 +22,9 @@ Memory (--ps_memory): the same job without a rate limit at --workers (2 and
 exits), the checkpoint's bytes (all on the PS) and the part of them that is
 tlc's state, and the workers' shard files (each on its own worker).
 
-  sudo python3 -m benchmarks.bench_checkpoint_stall                 # both
+  sudo python3 -m benchmarks.bench_checkpoint_stall --ps_memory     # both (~40 min)
   sudo python3 -m benchmarks.bench_checkpoint_stall --no_stall --ps_memory
+  python3 -m benchmarks.bench_checkpoint_stall --summarize DIR1/results.json DIR2/results.json
 """
 import argparse
 import glob
@@ -137,33 +139,47 @@ def save_steps(logdir):
         for p in glob.glob(os.path.join(logdir, "checkpoints", "model.ckpt-*.index"))) if m)
 
 
+def shards_of(logdir, step):
+    """The workers whose push-memory shard goes with the checkpoint of `step`."""
+    return sorted(int(m.group(1)) for m in (
+        re.search(r"worker(\d+)-\d+\.npz$", p) for p in glob.glob(
+            os.path.join(logdir, "checkpoints", f"tlc_push_memory-worker*-{step}.npz"))) if m)
+
+
 def analyse(steps, samples, saves):
-    """Per save: (step, extra seconds, extra in median steps, extra bytes on
-    the PS's link or None); and the median step."""
+    """Per save: (step, extra seconds, extra in steps, extra bytes on the PS's
+    link or None), each over the steps near it outside every save's window
+    (compressed pushes shrink as training goes on); and the run's median step
+    and PS bytes per step."""
     step_of = steps["step"]
     ends = [steps["start_time"] + s for s in steps["seconds"]]  # absolute end of each step
-    durations = {step_of[i]: ends[i] - ends[i - 1] for i in range(1, len(ends))}
     end_of = dict(zip(step_of, ends))
-    median = statistics.median(durations.values())
+    durations = {step_of[i]: ends[i] - ends[i - 1] for i in range(1, len(ends))}
+    moved = {}
+    for k in durations:
+        first, last = bytes_at(samples, end_of[k - 1]), bytes_at(samples, end_of[k])
+        if first is not None and last is not None:
+            moved[k] = last - first
     windows = {s: [s + k for k in range(WINDOW)] for s in saves
                if s - 1 in end_of and s + WINDOW - 1 in durations}
     in_windows = {k for w in windows.values() for k in w}
-    quiet = [k for k in durations if k not in in_windows and k - 1 in end_of and k > 3]
-    per_step_bytes = None
-    if len(samples) > 2 and quiet:
-        moved = [bytes_at(samples, end_of[k]) - bytes_at(samples, end_of[k - 1]) for k in quiet
-                 if bytes_at(samples, end_of[k - 1]) is not None
-                 and bytes_at(samples, end_of[k]) is not None]
-        per_step_bytes = statistics.median(moved) if moved else None
+    quiet = [k for k in durations if k not in in_windows and k > 3]  # after the warm-up
+
+    def usual(values, s):
+        near = [values[k] for k in quiet if k in values and abs(k - s) <= 3 * WINDOW]
+        return statistics.median(near) if near else None
+
     rows = []
     for s, window in sorted(windows.items()):
-        extra = sum(durations[k] - median for k in window)
-        extra_bytes = None
-        first, last = bytes_at(samples, end_of[s - 1]), bytes_at(samples, end_of[window[-1]])
-        if per_step_bytes is not None and first is not None and last is not None:
-            extra_bytes = last - first - per_step_bytes * len(window)
-        rows.append((s, extra, extra / median, extra_bytes))
-    return rows, median, per_step_bytes
+        step = usual(durations, s)
+        extra = sum(durations[k] for k in window) - step * len(window)
+        per_step = usual(moved, s)
+        extra_bytes = (None if per_step is None or any(k not in moved for k in window)
+                       else sum(moved[k] for k in window) - per_step * len(window))
+        rows.append((s, extra, extra / step, extra_bytes))
+    median = statistics.median(durations[k] for k in quiet)
+    quiet_moved = [moved[k] for k in quiet if k in moved]
+    return rows, median, statistics.median(quiet_moved) if quiet_moved else None
 
 
 def stall(args):
@@ -184,7 +200,9 @@ def stall(args):
             rows, median, per_step_bytes = analyse(steps, sampler.link, saves)
             runs.append({"config": name, "round": round_, "median_step": median,
                          "ps_bytes_per_step": per_step_bytes, "saves": rows,
-                         "load": (load_before, load_after), "logdir": logdir})
+                         "shards": {s: shards_of(logdir, s) for s, *_ in rows},
+                         "load": (load_before, load_after), "logdir": logdir,
+                         "link_samples": sampler.link})
             print(run_table(runs[-1]), flush=True)
     return runs
 
@@ -199,15 +217,23 @@ def run_table(run):
              f"{run['load'][0]:.1f} before / {run['load'][1]:.1f} after"]
     for s, extra, in_steps, extra_bytes in run["saves"]:
         lines.append(f"  save at step {s:4d}: +{extra:6.2f} s = {in_steps:+5.2f} steps, "
-                     f"PS link {fmt_bytes(extra_bytes)} over its steps' usual")
+                     f"PS link {fmt_bytes(extra_bytes)} over its steps' usual, shards of "
+                     f"workers {run['shards'][s]}")
     return "\n".join(lines)
+
+
+def shards_line(run):
+    if run["config"] != "tlc" or "shards" not in run:
+        return "n/a"
+    return f"{sum(v == [0, 1] for v in run['shards'].values())} of {len(run['shards'])}"
 
 
 def stall_summary(runs, busy_load):
     """Markdown: one row per run, then tlc minus stock TF per save."""
     lines = ["| config | round | median step (s) | saves | extra s per save (each) | extra steps "
-             "per save (mean) | PS link bytes per save over usual (mean) | load before/after |",
-             "|---|---|---|---|---|---|---|---|"]
+             "per save (mean) | PS link bytes per save over usual (mean) | saves with both shards | "
+             "load before/after |",
+             "|---|---|---|---|---|---|---|---|---|"]
     per_config = {}
     for run in runs:
         extras = [r[1] for r in run["saves"]]
@@ -218,7 +244,7 @@ def stall_summary(runs, busy_load):
             f"{', '.join(f'{e:.2f}' for e in extras)} | "
             f"{statistics.mean(r[2] for r in run['saves']) if extras else float('nan'):+.2f} | "
             f"{fmt_bytes(statistics.mean(sent)) if sent else 'n/a'} | "
-            f"{run['load'][0]:.1f} / {run['load'][1]:.1f} |")
+            f"{shards_line(run)} | {run['load'][0]:.1f} / {run['load'][1]:.1f} |")
     if {"tlc", "stock_tf"} <= per_config.keys() and all(per_config.values()):
         tlc_step = statistics.median(r["median_step"] for r in runs if r["config"] == "tlc")
         tlc, stock = statistics.mean(per_config["tlc"]), statistics.mean(per_config["stock_tf"])
@@ -297,7 +323,21 @@ def main():
     parser.add_argument("--ps_memory", action="store_true")
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 8])
     parser.add_argument("--memory_steps", type=int, default=30)
+    parser.add_argument("--summarize", nargs="+", metavar="RESULTS_JSON",
+                        help="print the tables of earlier runs' results.json files together")
     args = parser.parse_args()
+    if args.summarize:
+        runs, memory = [], []
+        for path in args.summarize:
+            with open(path, encoding="utf-8") as f:
+                earlier = json.load(f)
+            runs += earlier.get("stall", [])
+            memory += earlier.get("memory", [])
+        if runs:
+            print(stall_summary(runs, args.busy_load))
+        if memory:
+            print(memory_table(memory))
+        return
     results = {"command": " ".join(sys.argv)}
     if not args.no_stall:
         results["stall"] = stall(args)
