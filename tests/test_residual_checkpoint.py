@@ -13,6 +13,8 @@ tlc.session.training_session.
   tlc's checkpoint into stock TF     test_checkpoint_with_residuals_restores_into_stock_tf
   PS state and checkpoint, 2 vs 3    test_ps_state_and_checkpoint_do_not_grow_with_workers
   no memory on the link at a save    test_a_save_moves_no_push_memory
+  a shard named as its checkpoint    test_a_shard_takes_the_step_the_state_file_names
+  meta graph written once a session  test_a_session_writes_its_meta_graph_once
 """
 import glob
 import os
@@ -36,7 +38,8 @@ NUM_WORKERS = 2
 N = 3000  # over the compress threshold: pushed and pulled through 3LC
 
 
-def build(implementation, worker_id, checkpoint_dir=None, num_workers=NUM_WORKERS):
+def build(implementation, worker_id, checkpoint_dir=None, num_workers=NUM_WORKERS,
+          save_steps=None):
     worker = f"/job:worker/task:{worker_id}"
     copies = replica.local_copies(worker) if implementation == "tlc" else _nothing()
     with copies:
@@ -51,7 +54,8 @@ def build(implementation, worker_id, checkpoint_dir=None, num_workers=NUM_WORKER
             opt = SyncReplicasOptimizer(inner, num_workers, num_workers, compressor=ThreeLC(1.0))
             train_op = opt.minimize(loss, global_step=global_step)
             hook = opt.make_session_run_hook(worker_id == 0, num_tokens=0,
-                                             checkpoint_dir=checkpoint_dir)
+                                             checkpoint_dir=checkpoint_dir,
+                                             save_checkpoint_steps=save_steps)
         else:
             opt = tf.compat.v1.train.SyncReplicasOptimizer(inner, num_workers, num_workers)
             train_op = opt.minimize(loss, global_step=global_step)
@@ -75,14 +79,18 @@ class _nothing:
         return False
 
 
-def open_job(implementation, checkpoint_dir, num_workers=NUM_WORKERS, cluster=None):
-    """Fresh cluster; the chief's session first (it restores), then the others'."""
+def open_job(implementation, checkpoint_dir, num_workers=NUM_WORKERS, cluster=None,
+             save_steps=None):
+    """Fresh cluster; the chief's session first (it restores), then the others'.
+    save_steps: the save interval the workers' hooks are told (the chief's
+    session saves at its start and end only)."""
     workers, _ = cluster or create_local_cluster(num_workers, 1)
     job = []
     for worker_id in range(num_workers):
         graph = tf.Graph()
         with graph.as_default():
-            train_op, hook, reads = build(implementation, worker_id, checkpoint_dir, num_workers)
+            train_op, hook, reads = build(implementation, worker_id, checkpoint_dir, num_workers,
+                                          save_steps)
             session = training_session(workers[worker_id].target, worker_id == 0, [hook],
                                        checkpoint_dir=checkpoint_dir if worker_id == 0 else None)
         job.append((session, train_op, reads, graph))
@@ -353,3 +361,51 @@ def test_resumed_job_continues_from_the_saved_memories(tmp_path):
     lines = train(6)
     assert lines[1:] == ["tlc: worker 1: push memory starts at zero at step 5: no shard "
                          f"{shards}/tlc_push_memory-worker1-5.npz"], lines
+
+
+def test_a_shard_takes_the_step_the_state_file_names(tmp_path):
+    """The chief's checkpoint is named by the global step it reads, which
+    can be one less than the other worker's count by steps (its update still
+    under way). With a state file in the directory the other worker names
+    its shard by the step the file lists, not by its count: the chief saves
+    at 2 (the interval the workers are told), the other worker's count says
+    3; a shard of step 3 has no checkpoint and a resume from 2 found none."""
+    checkpoint_dir = str(tmp_path)
+    job = open_job("tlc", checkpoint_dir, save_steps=2)
+    try:
+        session, _, reads, graph = job[0]
+        saver, = graph.get_collection(tf.compat.v1.GraphKeys.SAVERS)
+        train_rounds(job, 2)
+        step = int(session.run(reads["global_step"]))
+        with graph.as_default():
+            saver.save(session._tf_sess(), checkpoint_dir + "/model.ckpt",  # pylint: disable=protected-access
+                       global_step=step)
+        train_rounds(job, 2)  # the other worker: its count reaches 2 after the save
+    finally:
+        close(job)
+    assert step == 2
+    written = sorted(os.path.basename(p) for p in glob.glob(checkpoint_dir + "/tlc_push_memory-*"))
+    assert written == ["tlc_push_memory-worker0-2.npz", "tlc_push_memory-worker0-4.npz",
+                       "tlc_push_memory-worker1-2.npz", "tlc_push_memory-worker1-4.npz"], written
+
+
+def test_a_session_writes_its_meta_graph_once(tmp_path):
+    """The chief's saves after its session's first link that save's meta
+    graph instead of exporting it again (tlc's graph: ~0.4 MB per save on
+    the stall); the later checkpoint's meta graph is whole: its graph and
+    its saver import."""
+    checkpoint_dir = str(tmp_path)
+    job = open_job("tlc", checkpoint_dir)  # saves at step 0
+    try:
+        train_rounds(job, 2)
+    finally:
+        close(job)  # saves at step 2
+    first, last = (os.path.join(checkpoint_dir, f"model.ckpt-{s}") for s in (0, 2))
+    assert os.stat(first + ".meta").st_ino == os.stat(last + ".meta").st_ino
+    assert not glob.glob(checkpoint_dir + "/*.tmp*")
+    meta = tf.compat.v1.MetaGraphDef()
+    with open(last + ".meta", "rb") as f:
+        meta.ParseFromString(f.read())
+    with tf.Graph().as_default():
+        tf.compat.v1.train.import_meta_graph(meta, clear_devices=True)
+    assert meta.saver_def.restore_op_name and "w" in {n.name for n in meta.graph_def.node}

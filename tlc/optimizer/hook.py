@@ -174,6 +174,8 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         line = residuals.restore_shard(session, directory, step)
         if line:
             print(line, flush=True)
+        if directory is not None:
+            residuals.warm_up(session)
         self._version = step
         self._next_save = step + self._save_steps if self._save_steps else None
         self._state_seen = self._state_stat()
@@ -189,21 +191,27 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
 
     def _save_push_memory_if_saved(self, session, before):
         """A worker after its step: its shard when the chief has just saved,
-        as the global step (saves by steps) or a shared directory's
-        checkpoint state file (any save) tells (see residuals.py). By steps
-        as tlc.session.CheckpointHook decides: on the global step it fetched
-        in its step (the one before the step's update), saving the one after."""
+        as a shared directory's checkpoint state file (any save) or, with
+        no state file in its directory, the global step (saves by steps)
+        tells (see residuals.py). By steps as tlc.session.CheckpointHook
+        decides: on the global step it fetched in its step (the one before
+        the step's update), saving the one after."""
         if self._checkpoint_dir is None or not self._residuals.memories:
             return
-        if self._next_save is not None and before is not None and before >= self._next_save:
-            self._save_shard(session, self._version)
-            self._next_save = self._version + self._save_steps
         seen = self._state_stat()
-        if seen is None or seen == self._state_seen:
+        if seen is None:  # no state file here (the chief's is on another machine): by steps
+            if self._next_save is not None and before is not None and before >= self._next_save:
+                self._save_shard(session, self._version)
+                self._next_save = self._version + self._save_steps
+            return
+        # A state file names the chief's step exactly; the step rule's may be
+        # one off (the chief reads the global step while its update is under
+        # way): a shard of a step with no checkpoint is lost work.
+        if seen == self._state_seen:
             return
         self._state_seen = seen
         latest = residuals_lib.checkpoint_steps(self._checkpoint_dir)
-        if latest and max(latest) > (self._residuals.saved_step or 0):
+        if latest:
             self._save_shard(session, max(latest))
 
     def _save_shard(self, session, step):

@@ -15,14 +15,19 @@ Two residuals carry what compression has not sent yet:
 
 When a worker writes its shard (no message from the chief):
   - the chief: inside its save (`Saver.save`), at the saved step, exactly;
-  - another worker, after each step: when the global step it already gets
-    back from its step reaches the chief's next save by steps (the chief's
-    CheckpointHook saves at its session's first step and every
-    `save_checkpoint_steps` after: the worker counts the same way from its
-    session's first step), and when the checkpoint state file of a shared
-    directory names a step it has no shard for (saves by time; one `stat`
-    per step, read only when it changes; the memory is then that of the step
-    the worker is at, at most a step or two after the save);
+  - another worker, after each step: when the checkpoint state file of a
+    shared directory names a step it has no shard for (one `stat` per step,
+    read only when it changes; the memory is then that of the step the
+    worker is at, at most a step or two after the save); with no state file
+    in its directory, when the global step it already gets back from its
+    step reaches the chief's next save by steps (the chief's CheckpointHook
+    saves at its session's first step and every `save_checkpoint_steps`
+    after: the worker counts the same way from its session's first step).
+    The state file wins where there is one: the step the chief names is the
+    global step it reads while its own update may be under way, one less
+    than the step rule's at times, and a shard of a step with no checkpoint
+    is of no use to a resume (measured in the main job: checkpoint 20, the
+    other worker's shards 21, then 40 and 42);
   - at its end, at the last global step it trained on (the chief's last
     checkpoint is at that step: the end of training is the last update).
 The state file is what a local cluster has (one run directory); a worker on
@@ -131,6 +136,13 @@ class Residuals:
             raise
         self.saved_step = step
         self._prune(directory, step)
+
+    def warm_up(self, session):
+        """Reads the memories once: a session's first read of them builds its
+        executor (~0.1 s measured on a busy machine), at the session's start
+        instead of in its first save's stall."""
+        if self.memories:
+            session.run(self.memories)
 
     def _prune(self, directory, newest):
         """Deletes this task's shards of checkpoints the chief has deleted
