@@ -29,4 +29,4 @@ def test_the_whole_suite_runs_every_test_file_once():
     on_disk = sorted(os.path.join("tests", f) for f in os.listdir(os.path.join(ROOT, "tests"))
                      if f.startswith("test_") and f.endswith(".py"))
     assert sorted(planned) == on_disk
-    assert "tests/test_partitions.py" in groups["beside"].split()
+    assert "tests/test_own_job_restart.py" in groups["beside"].split()
