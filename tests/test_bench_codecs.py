@@ -167,3 +167,17 @@ def test_timed_rounds_pairs_memcpy_with_every_call():
     paired = out["memcpy:paired"]
     assert sorted(paired) == ["a", "b"] and all(len(v) == 3 for v in paired.values())
     assert len(out["memcpy"][2]) == 6  # memcpy's timed calls: one per paired call
+
+
+def test_student_t_recording_is_heavy_tailed_at_half_a_bit():
+    """--gradients student_t: the outside holdout's kind of input (heavy tails, error
+    feedback at its steady state) sends about half a bit per value block-adaptive, and its
+    benchmark input runs through the codec like the real recording's."""
+    rec = bench_codecs.synthetic_recording(length=100_000, steps=2, block_size=1000,
+                                           kind="student_t")
+    assert rec["meta"]["warmup"] == 30 and "Student-t" in rec["meta"]["source"]
+    bits = float(np.mean(rec["bits_block_adaptive"]))
+    assert 0.4 < bits < 0.7, bits
+    x, e = bench_codecs.make_input(50_000, rec, "block", 1000)
+    code, m = bench_codecs.codec.compress_3lc(x, e, 1.0, True, block_size=1000)
+    assert 0.3 < bench_codecs.stream_bits(code, m, len(x)) < 0.8
