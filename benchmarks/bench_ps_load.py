@@ -1,0 +1,478 @@
+"""A load generator for the parameter servers: N simulated workers in one
+process drive P real PS processes (the main job's own PS task, `python -m
+tlc.train --job_name=ps`), to find what one PS core can serve.
+
+Each simulated worker is a real worker graph, built as tlc/job/task.py
+builds it (balanced placement, local copies, the job's own optimizer from
+the job's flags: configs/fashion_mnist.cfg + a compressor config, 3LC s = 1
+by default), on its own /job:worker/task:i served by a tf.distribute.Server
+in this process, with its own MonitoredSession and the optimizer's session
+hook, running train steps in its own thread. The PS therefore runs exactly
+a real job's graph: the same partitions, ops, RPCs and bytes per worker
+step (a RunGraph per step, a RecvTensor per push bucket, the reply fetched
+by the worker), tokens taken and replies replayed as a worker does.
+
+What differs from a real job:
+  * no model compute: each worker step feeds a recorded real gradient (the
+    small CNN on Fashion-MNIST, a short single-process run of the same
+    optimizer settings; worker i at its step t feeds recorded step
+    (i + t) mod K) instead of running forward and backward passes; the
+    worker still compresses it (with its own error feedback) and replays
+    the replies into its local copies;
+  * every worker is in this process on loopback, so the workers' own work
+    (compress, replay, TF's executor) shares this machine's cores with the
+    PS: global steps per second are those of this machine, not of a cluster
+    whose workers each have their own machine. PS CPU-seconds (from
+    /proc/<ps pid>/stat) do not depend on that;
+  * PS link bytes are the kernel's TCP counters of the PS's sockets (`ss`,
+    payload only, no IP/TCP headers), not a NIC's counters.
+
+Per cell (N workers x P PS), over a window of global steps after warm-up:
+PS CPU-seconds per global step (per PS and summed) and per worker step,
+global steps per second, PS link bytes per global step, PS resident memory,
+and what saturates first at a step time T: one PS core (CPU per global step
+<= T), a 1 or 10 Gbit/s PS link (bytes per global step <= T x rate). Then a
+few traced steps (TF's RunMetadata step stats of the PS devices) give where
+the PS's time per worker step goes, op by op.
+
+    python3 -m benchmarks.bench_ps_load --workers 8,16,32,64,128 --ps 1,2,4 \\
+        --out docs/scaling/ps_load.json
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf  # noqa: E402
+
+from benchmarks.bench_scaling import Loopback, cpu_seconds  # noqa: E402
+from tlc.job import cluster as cl  # noqa: E402
+from tlc.job import launcher  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "docs", "scaling", "ps_load.json")
+LINK_RATES = {"1 Gbit/s": 1e9 / 8, "10 Gbit/s": 10e9 / 8}  # bytes per second
+
+
+def job_argv(config):
+    """The job's flags: the Fashion-MNIST small CNN with a compressor config."""
+    return [f"--flagfile={os.path.join(ROOT, 'configs', 'fashion_mnist.cfg')}",
+            f"--flagfile={os.path.join(ROOT, 'configs', config + '.cfg')}"]
+
+
+def parse_job_flags(argv):
+    from tlc.job.flags import FLAGS  # pylint: disable=import-outside-toplevel
+    FLAGS.unparse_flags()
+    FLAGS([sys.argv[0]] + argv)
+    return FLAGS
+
+
+# ----------------------------------------------------------- gradients --
+def record_gradients(path, flags, steps):
+    """Gradients of every trainable variable of the job's model over `steps`
+    steps of a single-process run with the job's inner optimizer (float32,
+    batch flags.batch_size); cached in `path` (npz, one array per variable
+    per step, in variable creation order)."""
+    if os.path.exists(path):
+        with np.load(path) as saved:
+            count = int(saved["steps"])
+            if count >= steps:
+                return [[saved[f"s{t}_v{k}"] for k in range(int(saved["variables"]))]
+                        for t in range(steps)]
+    from tlc.job import data, models, task  # pylint: disable=import-outside-toplevel
+    dataset = data.load(flags.dataset, flags.data_dir)
+    batches = dataset.batcher(flags.batch_size, 0, flags.seed)
+    recorded = []
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(flags.seed)
+        images = tf.compat.v1.placeholder(tf.float32, (None,) + dataset.train_x.shape[1:])
+        labels = tf.compat.v1.placeholder(tf.int64, (None,))
+        with tf.compat.v1.variable_scope("model"):
+            logits = models.build(flags.model, images, dataset.num_classes, training=True)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=labels, logits=logits)) + models.weight_decay(flags.weight_decay)
+        variables = tf.compat.v1.trainable_variables()
+        grads = tf.gradients(loss, variables)
+        train = task.make_inner_optimizer(flags).apply_gradients(zip(grads, variables))
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(steps):
+                x, y = batches.next()
+                values, _ = sess.run([grads, train], {images: x, labels: y})
+                recorded.append([np.asarray(v, np.float32) for v in values])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    arrays = {f"s{t}_v{k}": v for t, step in enumerate(recorded) for k, v in enumerate(step)}
+    np.savez(path, steps=len(recorded), variables=len(recorded[0]), **arrays)
+    return recorded
+
+
+# ---------------------------------------------------- simulated workers --
+class SimulatedWorker:
+    """One worker's real graph and session, fed recorded gradients."""
+
+    def __init__(self, spec, index, flags, shards_dir):
+        from tlc import placement, replica  # pylint: disable=import-outside-toplevel
+        from tlc.job import models, task  # pylint: disable=import-outside-toplevel
+        self.index, self.is_chief = index, index == 0
+        num_workers = len(spec["worker"])
+        own = f"/job:worker/task:{index}"
+        self.config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", own])
+        cluster = tf.train.ClusterSpec(spec)
+        self.server = tf.distribute.Server(cluster, job_name="worker", task_index=index,
+                                           config=self.config)
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            tf.compat.v1.set_random_seed(flags.seed * 1000 + index)
+            with placement.balanced(cluster, own):
+                self.global_step = tf.compat.v1.train.get_or_create_global_step()
+                images = tf.compat.v1.placeholder(tf.float32, (None, 28, 28, 1), "images")
+                with replica.local_copies(own), \
+                        tf.compat.v1.variable_scope("model", reuse=tf.compat.v1.AUTO_REUSE):
+                    models.build(flags.model, images, 10, training=True)
+                local = tf.compat.v1.trainable_variables()
+                # What the model's backward pass would give: a recorded gradient, fed.
+                self.grads = [tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape,
+                                                       f"recorded_grad_{k}")
+                              for k, v in enumerate(local)]
+                self.sync = task._tlc_optimizer(flags, num_workers, None)  # pylint: disable=protected-access
+                self.train_op = self.sync.apply_gradients(list(zip(self.grads, local)),
+                                                          global_step=self.global_step)
+            self.hooks = [self.sync.make_session_run_hook(
+                self.is_chief, num_tokens=0, checkpoint_dir=shards_dir,
+                save_checkpoint_steps=None, stall_timeout=None)]
+            self.version = self.sync.version_after_step
+        self.session = None
+        self.steps_done = 0
+        self.error = None
+
+    def open(self):
+        from tlc.session import training_session  # pylint: disable=import-outside-toplevel
+        with self.graph.as_default():
+            self.session = training_session(self.server.target, self.is_chief, self.hooks,
+                                            config=self.config)
+
+    def feed(self, recorded, step):
+        values = recorded[(self.index + step) % len(recorded)]
+        return dict(zip(self.grads, values))
+
+    def step(self, recorded, options=None, metadata=None):
+        _, version = self.session.run([self.train_op, self.version],
+                                      self.feed(recorded, self.steps_done),
+                                      options=options, run_metadata=metadata)
+        self.steps_done += 1
+        return int(version)
+
+    def close(self):
+        from tlc.session import worker_done  # pylint: disable=import-outside-toplevel
+        if self.session is not None:
+            try:
+                self.session.close()
+            finally:
+                worker_done(self.server)
+
+
+# ------------------------------------------------------------ one cell --
+def ps_memory_bytes(pid):
+    """Resident set size of a live process (None once it has gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def load_average():
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def run_cell(workers, ps, args, recorded, flags):
+    """Runs one cell; returns its row (figures, checks, profile)."""
+    logdir = os.path.join(args.rundir, f"w{workers}_ps{ps}")
+    os.makedirs(logdir, exist_ok=True)
+    spec = cl.local_cluster(ps, workers)
+    links = Loopback(ps + workers)
+    links.use(spec)
+    steps = args.warmup + args.window + args.profile_steps
+    argv = job_argv(args.config) + [f"--steps={steps}"]
+    row = {"workers": workers, "ps": ps, "config": args.config, "steps": steps,
+           "load_before": load_average(), "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+    procs = {}
+    sim = []
+    try:
+        for i in range(ps):
+            log = open(os.path.join(logdir, f"ps{i}.log"), "wb")  # pylint: disable=consider-using-with
+            procs[("ps", i)] = subprocess.Popen(  # pylint: disable=consider-using-with
+                launcher.task_command(spec, "ps", i, logdir, argv), stdout=log,
+                stderr=subprocess.STDOUT, cwd=ROOT)
+            log.close()
+        built = time.time()
+        sim = [SimulatedWorker(spec, i, flags, os.path.join(logdir, "checkpoints"))
+               for i in range(workers)]
+        row["build_seconds"] = round(time.time() - built, 1)
+        samples, errors = {}, []
+        traces = collections.defaultdict(float)
+        traced_steps = [0]
+        lock = threading.Lock()
+
+        def sample(step):
+            wire = links.counters(procs)
+            samples[step] = {"time": time.time(),
+                             "cpu": [cpu_seconds(procs[("ps", i)].pid) for i in range(ps)],
+                             "bytes": [wire[f"ps{i}"]["tx_bytes"] + wire[f"ps{i}"]["rx_bytes"]
+                                       for i in range(ps)],
+                             "rss": [ps_memory_bytes(procs[("ps", i)].pid) for i in range(ps)]}
+
+        def drive(worker):
+            try:
+                worker.open()
+                version = 0
+                while version < steps:
+                    profiling = version >= args.warmup + args.window
+                    if profiling:
+                        metadata = tf.compat.v1.RunMetadata()
+                        options = tf.compat.v1.RunOptions(
+                            trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+                        version = worker.step(recorded, options, metadata)
+                        with lock:
+                            add_ps_op_times(metadata, traces)
+                            traced_steps[0] += 1
+                    else:
+                        version = worker.step(recorded)
+                    # The chief samples at the window's ends: each global step's
+                    # update has run by the time the chief holds its token.
+                    for end in (args.warmup, args.warmup + args.window):
+                        if worker.is_chief and version >= end and end not in samples:
+                            sample(end)
+            except Exception as e:  # pylint: disable=broad-except
+                errors.append(f"worker {worker.index}: {type(e).__name__}: {e}"[:400])
+
+        threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in sim]
+        for t in threads:
+            t.start()
+        deadline = time.time() + args.timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.time()))
+        if any(t.is_alive() for t in threads):
+            errors.append(f"timed out after {args.timeout:.0f} s")
+        checks = {"worker_steps": [w.steps_done for w in sim], "errors": errors}
+        if not errors:
+            with sim[0].graph.as_default():
+                checks["global_step"] = int(sim[0].session.run(sim[0].global_step))
+                checks["local_copies_equal"] = bool(
+                    sim[0].sync.local_copy_check(sim[0].session)["equal"])
+        row["checks"] = checks
+        row.update(figures(workers, ps, samples, args))
+        if traced_steps[0]:
+            row["profile"] = profile(traces, traced_steps[0])
+    finally:
+        for w in sim:
+            try:
+                w.close()
+            except Exception:  # pylint: disable=broad-except
+                pass
+        # Every worker said done: each PS ends by itself (the job's PS task).
+        exit_codes = []
+        for p in procs.values():
+            try:
+                exit_codes.append(p.wait(timeout=60))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                exit_codes.append("killed: still running 60 s after the workers were done")
+                p.wait()
+    row.setdefault("checks", {})["ps_exit_codes"] = exit_codes
+    row["load_after"] = load_average()
+    return row
+
+
+def figures(workers, ps, samples, args):
+    ends = (args.warmup, args.warmup + args.window)
+    if any(e not in samples for e in ends):
+        return {"error": f"window not sampled (have steps {sorted(samples)})"}
+    first, last = samples[ends[0]], samples[ends[1]]
+    steps = ends[1] - ends[0]
+    cpu = [(b - a) / steps for a, b in zip(first["cpu"], last["cpu"])]
+    nbytes = [(b - a) / steps for a, b in zip(first["bytes"], last["bytes"])]
+    seconds = last["time"] - first["time"]
+    out = {"window": list(ends), "window_seconds": round(seconds, 2),
+           "global_steps_per_second": steps / seconds,
+           "ps_cpu_seconds_per_step": cpu,
+           "ps_cpu_seconds_per_step_total": sum(cpu),
+           "ps_cpu_seconds_per_worker_step": sum(cpu) / workers,
+           "ps_bytes_per_step": nbytes,
+           "ps_rss_bytes": last["rss"]}
+    busiest_cpu, busiest_bytes = max(cpu), max(nbytes)
+    out["one_core_min_step_seconds"] = busiest_cpu  # the busiest PS's core is busy all the time
+    out["link_min_step_seconds"] = {name: busiest_bytes / rate for name, rate in LINK_RATES.items()}
+    return out
+
+
+# ------------------------------------------------------------- profile --
+PS_DEVICE = re.compile(r"/job:ps/(replica:\d+/)?task:\d+/device:CPU:\d+")
+# Ops whose time on the PS is mostly waiting, not CPU: for a token (the
+# other workers' pushes and the chief's update), or for a push's bytes.
+WAITING_OPS = ("QueueDequeueV2", "QueueDequeueManyV2", "RecvTensor", "_Recv")
+# Where the rest goes, by op type.
+CATEGORIES = (
+    ("accumulate (3LC push into its accumulator)", ("TlcCompressedAccumulatorApply",)),
+    ("accumulate (float32 push, TF's accumulator)", ("ResourceAccumulatorApplyGradient",
+                                                     "AccumulatorApplyGradient")),
+    ("push message unpack", ("TlcUnpackMessage",)),
+    ("reply (pull log lookup, serialize)", ("LookupTableFindV2", "SerializeTensor", "ConcatV2",
+                                            "NotEqual", "All")),
+    ("token bookkeeping (count, check)", ("ResourceScatterAdd", "QueueEnqueueV2")),
+)
+
+
+def add_ps_op_times(metadata, totals):
+    """Adds each PS-device node's time (its op's start to end, microseconds)
+    to totals by (op type, node name)."""
+    for dev in metadata.step_stats.dev_stats:
+        if not PS_DEVICE.search(dev.device):
+            continue
+        for node in dev.node_stats:
+            kind = node.timeline_label.split("=")[-1].split("(")[0].strip() \
+                if "=" in node.timeline_label else node.node_name
+            totals[(kind, node.node_name)] += node.op_end_rel_micros - node.op_start_rel_micros
+
+
+def profile(totals, traced):
+    """Per worker step: microseconds by category and the top op types (wall
+    time of each op, start to end: on a busy machine a preempted op's time
+    grows, so the shares mean more than the figures)."""
+    by_kind = collections.defaultdict(float)
+    by_category = collections.defaultdict(float)
+    for (kind, _), micros in totals.items():
+        by_kind[kind] += micros
+        if kind in WAITING_OPS:
+            label = "waiting (token dequeue, push receive)"
+        else:
+            label = next((c for c, kinds in CATEGORIES if kind in kinds), "other ops")
+        by_category[label] += micros
+    top = sorted(by_kind.items(), key=lambda kv: -kv[1])[:15]
+    return {"traced_worker_steps": traced,
+            "busy_op_micros_per_worker_step": round(sum(
+                v for k, v in by_kind.items() if k not in WAITING_OPS) / traced, 1),
+            "by_category": {k: round(v / traced, 1) for k, v in
+                            sorted(by_category.items(), key=lambda kv: -kv[1])},
+            "top_op_types": [[k, round(v / traced, 1)] for k, v in top]}
+
+
+# --------------------------------------------------------------- report --
+def table(rows):
+    lines = ["| workers | PS | PS CPU per global step | per worker step | global steps/s "
+             "(this machine) | PS MB per global step | PS RSS MB | load before/after | checks |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["ps"], r["workers"])):
+        if "error" in r:
+            lines.append(f"| {r['workers']} | {r['ps']} | {r['error']} | | | | | | |")
+            continue
+        cpu = " + ".join(f"{1000 * x:.0f}" for x in r["ps_cpu_seconds_per_step"])
+        mb = " / ".join(f"{b / 1e6:.2f}" for b in r["ps_bytes_per_step"])
+        rss = " / ".join(f"{(b or 0) / 2**20:.0f}" for b in r["ps_rss_bytes"])
+        lines.append(
+            f"| {r['workers']} | {r['ps']} | {cpu} ms | "
+            f"{1000 * r['ps_cpu_seconds_per_worker_step']:.2f} ms | "
+            f"{r['global_steps_per_second']:.2f} | {mb} | {rss} | "
+            f"{r['load_before'][0]:.1f} / {r['load_after'][0]:.1f} | "
+            f"{'ok' if good(r) else 'FAILED'} |")
+    return "\n".join(lines)
+
+
+def good(row):
+    """Every worker ran every step, the PS applied exactly those global
+    steps, the chief's local copies equal the PS's shadows, and every PS
+    ended by itself once the workers were done."""
+    c = row.get("checks", {})
+    return (not c.get("errors") and c.get("global_step") == row["steps"]
+            and all(code == 0 for code in c.get("ps_exit_codes", [None]))
+            and all(s == row["steps"] for s in c.get("worker_steps", []))
+            and c.get("local_copies_equal") is True)
+
+
+def projection(rows, step_seconds):
+    """Per cell: how many workers the busiest PS core and PS link carry at
+    this step time, from its PS CPU and bytes per worker step."""
+    out = []
+    for r in rows:
+        if "error" in r:
+            continue
+        per_worker_cpu = max(r["ps_cpu_seconds_per_step"]) / r["workers"]
+        per_worker_bytes = max(r["ps_bytes_per_step"]) / r["workers"]
+        out.append({"workers": r["workers"], "ps": r["ps"],
+                    "workers_per_core": step_seconds / per_worker_cpu,
+                    **{f"workers_per_{k.replace(' ', '_').replace('/', '')}_link":
+                       step_seconds * rate / per_worker_bytes for k, rate in LINK_RATES.items()}})
+    return out
+
+
+def parse_list(text, what):
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise SystemExit(f"bench_ps_load: {what}: expected integers like 8,16, got {text!r}") \
+            from None
+    if not values or min(values) < 1:
+        raise SystemExit(f"bench_ps_load: {what}: expected integers >= 1, got {text!r}")
+    return values
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--workers", default="8,16,32,64,128")
+    parser.add_argument("--ps", default="1,2,4")
+    parser.add_argument("--config", default="3lc_s1.00", help="a configs/*.cfg compressor file")
+    parser.add_argument("--warmup", type=int, default=3, help="global steps before the window")
+    parser.add_argument("--window", type=int, default=10, help="global steps measured")
+    parser.add_argument("--profile_steps", type=int, default=2,
+                        help="traced global steps after the window (PS op times)")
+    parser.add_argument("--recorded_steps", type=int, default=8,
+                        help="recorded gradients the workers cycle through")
+    parser.add_argument("--step_seconds", type=float, default=0.2,
+                        help="the step time of the projection")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per cell")
+    parser.add_argument("--out", default=RESULTS)
+    parser.add_argument("--rundir", default=os.path.join(ROOT, "runs", "ps_load"))
+    args = parser.parse_args(argv)
+    from tlc.job import task  # pylint: disable=import-outside-toplevel
+    task._quiet_tensorflow()  # pylint: disable=protected-access
+    tf.compat.v1.disable_eager_execution()
+    import tlc.ops  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    flags = parse_job_flags(job_argv(args.config))
+    recorded = record_gradients(os.path.join(args.rundir, f"gradients_{flags.model}.npz"),
+                                flags, args.recorded_steps)
+    rows = []
+    for ps in parse_list(args.ps, "--ps"):
+        for workers in parse_list(args.workers, "--workers"):
+            print(f"bench_ps_load: {workers} workers, {ps} PS (load {load_average()}) ...",
+                  flush=True)
+            row = run_cell(workers, ps, args, recorded[:args.recorded_steps], flags)
+            rows.append(row)
+            write(args.out, rows, args)
+            print(table([row]).splitlines()[-1], f"(built in {row.get('build_seconds')} s)",
+                  flush=True)
+            if "profile" in row:
+                print("  PS op time per worker step:", json.dumps(row["profile"]["by_category"]),
+                      flush=True)
+    print(table(rows))
+    return rows
+
+
+def write(path, rows, args):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    cl.write_json(path, {"cells": rows, "projection_step_seconds": args.step_seconds,
+                         "projection": projection(rows, args.step_seconds)})
+
+
+if __name__ == "__main__":
+    main()

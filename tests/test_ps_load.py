@@ -1,0 +1,45 @@
+"""benchmarks/bench_ps_load.py's smallest cell: 2 simulated workers in one
+process drive a real PS process (the main job's PS task) for a few steps."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_smallest_cell(tmp_path):
+    out = tmp_path / "ps_load.json"
+    warmup, window, profiled = 1, 4, 1
+    # Its own process: the simulated workers' in-process TF servers cannot be stopped.
+    subprocess.run([sys.executable, "-m", "benchmarks.bench_ps_load", "--workers", "2",
+                    "--ps", "1", f"--warmup={warmup}", f"--window={window}",
+                    f"--profile_steps={profiled}", "--recorded_steps=2", f"--out={out}",
+                    f"--rundir={tmp_path}"], cwd=ROOT, check=True, timeout=900)
+    cell, = json.loads(out.read_text())["cells"]
+    steps = warmup + window + profiled
+    checks = cell["checks"]
+    assert "error" not in cell, cell
+    assert checks["errors"] == []
+    # The PS applied exactly one global step per step every worker ran.
+    assert checks["global_step"] == steps
+    assert checks["worker_steps"] == [steps, steps]
+    assert checks["local_copies_equal"] is True
+    assert checks["ps_exit_codes"] == [0]  # the job's PS ended when the workers said done
+    assert cell["window"] == [warmup, warmup + window]
+    for figure in (cell["ps_cpu_seconds_per_step_total"], cell["ps_cpu_seconds_per_worker_step"],
+                   cell["global_steps_per_second"], *cell["ps_bytes_per_step"],
+                   *cell["ps_rss_bytes"]):
+        assert math.isfinite(figure) and figure > 0, cell
+    # Two workers' pushes of 3LC gradients: more than a push's head, less than float32.
+    float32_step = 4 * 1_663_274  # the small CNN's parameters
+    assert 2 * 1000 < cell["ps_bytes_per_step"][0] < 2 * float32_step
+    profile = cell["profile"]
+    assert profile["traced_worker_steps"] == 2 * profiled
+    # The traced steps include the PS device's ops: every push went into its accumulator.
+    assert profile["by_category"]["accumulate (3LC push into its accumulator)"] > 0
