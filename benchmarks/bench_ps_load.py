@@ -25,7 +25,14 @@ What differs from a real job:
     whose workers each have their own machine. PS CPU-seconds (from
     /proc/<ps pid>/stat) do not depend on that;
   * PS link bytes are the kernel's TCP counters of the PS's sockets (`ss`,
-    payload only, no IP/TCP headers), not a NIC's counters.
+    payload only, no IP/TCP headers), not a NIC's counters;
+  * the PS's CPU per second with no step running (it asks every worker's
+    server for its status once a second) is measured in an idle spell and
+    taken out of the per-step figures (both are reported): steps here are
+    slower than on a cluster, so a per-second cost weighs more per step.
+
+This process holds every worker's graph, session and buffers: about
+160 MB per simulated worker with the small CNN (N = 64 needs ~10 GB).
 
 Per cell (N workers x P PS), over a window of global steps after warm-up:
 PS CPU-seconds per global step (per PS and summed) and per worker step,
@@ -225,6 +232,7 @@ def run_cell(workers, ps, args, recorded, flags):
         traced_steps = [0]
         lock = threading.Lock()
 
+
         def sample(step):
             wire = links.counters(procs)
             samples[step] = {"time": time.time(),
@@ -233,9 +241,17 @@ def run_cell(workers, ps, args, recorded, flags):
                                        for i in range(ps)],
                              "rss": [ps_memory_bytes(procs[("ps", i)].pid) for i in range(ps)]}
 
+        # Every session open, then an idle spell with no step running: the
+        # PS's CPU per second that does not come from steps (it asks each
+        # worker's server for its status about once a second).
+        opened = threading.Barrier(workers + 1)
+        go = threading.Event()
+
         def drive(worker):
             try:
                 worker.open()
+                opened.wait(timeout=args.timeout)
+                go.wait(timeout=args.timeout)
                 version = 0
                 while version < steps:
                     profiling = version >= args.warmup + args.window
@@ -256,15 +272,25 @@ def run_cell(workers, ps, args, recorded, flags):
                             sample(end)
             except Exception as e:  # pylint: disable=broad-except
                 errors.append(f"worker {worker.index}: {type(e).__name__}: {e}"[:400])
+                opened.abort()
 
         threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in sim]
         for t in threads:
             t.start()
+        try:
+            opened.wait(timeout=args.timeout)
+            sample("idle_start")
+            time.sleep(args.idle_seconds)
+            sample("idle_end")
+        except threading.BrokenBarrierError:
+            pass  # a worker failed to start: its error is in `errors`
+        go.set()
         deadline = time.time() + args.timeout
         for t in threads:
             t.join(max(0.0, deadline - time.time()))
         if any(t.is_alive() for t in threads):
             errors.append(f"timed out after {args.timeout:.0f} s")
+        row["generator_rss_bytes"] = ps_memory_bytes(os.getpid())
         checks = {"worker_steps": [w.steps_done for w in sim], "errors": errors}
         if not errors:
             with sim[0].graph.as_default():
@@ -296,16 +322,26 @@ def run_cell(workers, ps, args, recorded, flags):
 
 
 def figures(workers, ps, samples, args):
+    """The cell's figures. PS CPU per step is given as measured, and without
+    the PS's idle CPU rate over the window's time (the steps' own cost: on
+    this machine steps are slower than on a cluster, so a per-second cost
+    weighs more per step here)."""
     ends = (args.warmup, args.warmup + args.window)
-    if any(e not in samples for e in ends):
-        return {"error": f"window not sampled (have steps {sorted(samples)})"}
+    if any(e not in samples for e in ends + ("idle_start", "idle_end")):
+        return {"error": f"window not sampled (have {sorted(map(str, samples))})"}
     first, last = samples[ends[0]], samples[ends[1]]
     steps = ends[1] - ends[0]
-    cpu = [(b - a) / steps for a, b in zip(first["cpu"], last["cpu"])]
-    nbytes = [(b - a) / steps for a, b in zip(first["bytes"], last["bytes"])]
     seconds = last["time"] - first["time"]
+    idle_seconds = samples["idle_end"]["time"] - samples["idle_start"]["time"]
+    idle_rate = [(b - a) / idle_seconds for a, b in
+                 zip(samples["idle_start"]["cpu"], samples["idle_end"]["cpu"])]
+    measured = [(b - a) / steps for a, b in zip(first["cpu"], last["cpu"])]
+    cpu = [m - rate * seconds / steps for m, rate in zip(measured, idle_rate)]
+    nbytes = [(b - a) / steps for a, b in zip(first["bytes"], last["bytes"])]
     out = {"window": list(ends), "window_seconds": round(seconds, 2),
            "global_steps_per_second": steps / seconds,
+           "ps_idle_cpu_per_second": idle_rate,
+           "ps_cpu_seconds_per_step_measured": measured,
            "ps_cpu_seconds_per_step": cpu,
            "ps_cpu_seconds_per_step_total": sum(cpu),
            "ps_cpu_seconds_per_worker_step": sum(cpu) / workers,
@@ -370,12 +406,13 @@ def profile(totals, traced):
 
 # --------------------------------------------------------------- report --
 def table(rows):
-    lines = ["| workers | PS | PS CPU per global step | per worker step | global steps/s "
-             "(this machine) | PS MB per global step | PS RSS MB | load before/after | checks |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| workers | PS | PS CPU per global step | per worker step | measured (idle CPU/s) "
+             "| global steps/s (this machine) | PS MB per global step | PS RSS MB "
+             "| load before/after | checks |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["ps"], r["workers"])):
         if "error" in r:
-            lines.append(f"| {r['workers']} | {r['ps']} | {r['error']} | | | | | | |")
+            lines.append(f"| {r['workers']} | {r['ps']} | {r['error']} | | | | | | | |")
             continue
         cpu = " + ".join(f"{1000 * x:.0f}" for x in r["ps_cpu_seconds_per_step"])
         mb = " / ".join(f"{b / 1e6:.2f}" for b in r["ps_bytes_per_step"])
@@ -383,6 +420,8 @@ def table(rows):
         lines.append(
             f"| {r['workers']} | {r['ps']} | {cpu} ms | "
             f"{1000 * r['ps_cpu_seconds_per_worker_step']:.2f} ms | "
+            f"{' + '.join(f'{1000 * x:.0f}' for x in r['ps_cpu_seconds_per_step_measured'])} ms "
+            f"({' + '.join(f'{1000 * x:.0f}' for x in r['ps_idle_cpu_per_second'])} ms/s) | "
             f"{r['global_steps_per_second']:.2f} | {mb} | {rss} | "
             f"{r['load_before'][0]:.1f} / {r['load_after'][0]:.1f} | "
             f"{'ok' if good(r) else 'FAILED'} |")
@@ -390,13 +429,14 @@ def table(rows):
 
 
 def good(row):
-    """Every worker ran every step, the PS applied exactly those global
-    steps, the chief's local copies equal the PS's shadows, and every PS
+    """The PS applied exactly the global steps asked for, with one push per
+    worker step (a worker may take two tokens of one step and another
+    none, as with TF's optimizer: the sum is what is exact), the chief's local copies equal the PS's shadows, and every PS
     ended by itself once the workers were done."""
     c = row.get("checks", {})
     return (not c.get("errors") and c.get("global_step") == row["steps"]
             and all(code == 0 for code in c.get("ps_exit_codes", [None]))
-            and all(s == row["steps"] for s in c.get("worker_steps", []))
+            and sum(c.get("worker_steps", [])) == row["workers"] * row["steps"]
             and c.get("local_copies_equal") is True)
 
 
@@ -434,6 +474,8 @@ def main(argv=None):
     parser.add_argument("--config", default="3lc_s1.00", help="a configs/*.cfg compressor file")
     parser.add_argument("--warmup", type=int, default=3, help="global steps before the window")
     parser.add_argument("--window", type=int, default=10, help="global steps measured")
+    parser.add_argument("--idle_seconds", type=float, default=10,
+                        help="PS CPU with every session open and no step running")
     parser.add_argument("--profile_steps", type=int, default=2,
                         help="traced global steps after the window (PS op times)")
     parser.add_argument("--recorded_steps", type=int, default=8,
@@ -469,9 +511,19 @@ def main(argv=None):
 
 
 def write(path, rows, args):
+    """Merges these rows into `path`'s cells (a cell re-measured replaces its
+    old row), so cells can be measured one run at a time."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            kept = json.load(f)["cells"]
+    except FileNotFoundError:
+        kept = []
+    key = lambda r: (r["workers"], r["ps"], r["config"])  # noqa: E731
+    new = {key(r) for r in rows}
+    cells = [r for r in kept if key(r) not in new] + rows
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    cl.write_json(path, {"cells": rows, "projection_step_seconds": args.step_seconds,
-                         "projection": projection(rows, args.step_seconds)})
+    cl.write_json(path, {"cells": cells, "projection_step_seconds": args.step_seconds,
+                         "projection": projection(cells, args.step_seconds)})
 
 
 if __name__ == "__main__":
