@@ -86,13 +86,13 @@ def parse_job_flags(argv):
 def record_gradients(path, flags, steps):
     """Gradients of every trainable variable of the job's model over `steps`
     steps of a single-process run with the job's inner optimizer (float32,
-    batch flags.batch_size); cached in `path` (npz, one array per variable
-    per step, in variable creation order)."""
+    batch flags.batch_size), as [{variable name: gradient}] per step;
+    cached in `path` (npz)."""
     if os.path.exists(path):
         with np.load(path) as saved:
-            count = int(saved["steps"])
-            if count >= steps:
-                return [[saved[f"s{t}_v{k}"] for k in range(int(saved["variables"]))]
+            if int(saved["steps"]) >= steps and "names" in saved:
+                names = [str(n) for n in saved["names"]]
+                return [{name: saved[f"s{t}_v{k}"] for k, name in enumerate(names)}
                         for t in range(steps)]
     from tlc.job import data, models, task  # pylint: disable=import-outside-toplevel
     dataset = data.load(flags.dataset, flags.data_dir)
@@ -115,10 +115,11 @@ def record_gradients(path, flags, steps):
                 x, y = batches.next()
                 values, _ = sess.run([grads, train], {images: x, labels: y})
                 recorded.append([np.asarray(v, np.float32) for v in values])
+        names = [v.op.name for v in variables]
     os.makedirs(os.path.dirname(path), exist_ok=True)
     arrays = {f"s{t}_v{k}": v for t, step in enumerate(recorded) for k, v in enumerate(step)}
-    np.savez(path, steps=len(recorded), variables=len(recorded[0]), **arrays)
-    return recorded
+    np.savez(path, steps=len(recorded), names=np.array(names), **arrays)
+    return [dict(zip(names, step)) for step in recorded]
 
 
 # ---------------------------------------------------- simulated workers --
@@ -149,6 +150,7 @@ class SimulatedWorker:
                 self.grads = [tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape,
                                                        f"recorded_grad_{k}")
                               for k, v in enumerate(local)]
+                self.parts = [recorded_part(v) for v in local]
                 self.sync = task._tlc_optimizer(flags, num_workers, None)  # pylint: disable=protected-access
                 self.train_op = self.sync.apply_gradients(list(zip(self.grads, local)),
                                                           global_step=self.global_step)
@@ -168,7 +170,7 @@ class SimulatedWorker:
 
     def feed(self, recorded, step):
         values = recorded[(self.index + step) % len(recorded)]
-        return dict(zip(self.grads, values))
+        return {grad: values[name][rows] for grad, (name, rows) in zip(self.grads, self.parts)}
 
     def step(self, recorded, options=None, metadata=None):
         _, version = self.session.run([self.train_op, self.version],
@@ -184,6 +186,19 @@ class SimulatedWorker:
                 self.session.close()
             finally:
                 worker_done(self.server)
+
+
+def recorded_part(local):
+    """(recorded variable name, row slice) a local copy's gradient is: with
+    several PS, placement slices a large variable by rows."""
+    from tlc import replica  # pylint: disable=import-outside-toplevel
+    master = replica.master_of(local)
+    master = local if master is None else master
+    info = getattr(master, "_save_slice_info", None)
+    if info is None:
+        return master.op.name, slice(None)
+    begin = info.var_offset[0]
+    return info.full_name, slice(begin, begin + info.var_shape[0])
 
 
 # ------------------------------------------------------------ one cell --
