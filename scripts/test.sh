@@ -12,18 +12,23 @@ fi
 # The whole suite in three pytest processes. TensorFlow's in-process servers
 # (tests/local_cluster.py) cannot be stopped, and all of them in one process
 # aborted it (SIGABRT creating a server, ~3,100 tests in): tests/test_[a-m]*
-# and tests/test_[n-z]* run one after the other. The fault tests on loopback
-# that spend minutes waiting for timeouts to run out use little CPU: they run
-# beside them, their output shown when they end. (Not the link cuts of
-# tests/test_partitions.py: under a load of ~50 one of them stalled beside
-# the others.) The exit code is the first failure's.
-WAITING=(tests/test_own_job_restart.py tests/test_watchdog.py tests/test_serve_until_done.py)
-REST=()
+# and tests/test_[n-z]* run one after the other. Beside them, in a third
+# process whose output is shown when it ends: the loopback fault tests that
+# spend minutes waiting for timeouts, and two main-job runs of ~2 minutes
+# each (a slow-link smoke run, a link slowed mid-run). Not the link cuts of
+# tests/test_partitions.py: under a load of ~50 one stalled beside the others.
+# The exit code is the first failure's.
+WAITING=(tests/test_own_job_restart.py tests/test_watchdog.py tests/test_serve_until_done.py
+         tests/test_bench_training.py tests/test_autotune.py)
+FIRST=() REST=()
+for f in tests/test_[a-m]*.py; do
+  case " ${WAITING[*]} " in *" $f "*) ;; *) FIRST+=("$f") ;; esac
+done
 for f in tests/test_[n-z]*.py; do
   case " ${WAITING[*]} " in *" $f "*) ;; *) REST+=("$f") ;; esac
 done
 if [ -n "${TLC_TEST_PLAN:-}" ]; then  # print the three groups, run nothing
-  printf 'beside: %s\n' "${WAITING[*]}"; printf 'first: %s\n' "$(echo tests/test_[a-m]*.py)"
+  printf 'beside: %s\n' "${WAITING[*]}"; printf 'first: %s\n' "${FIRST[*]}"
   printf 'then: %s\n' "${REST[*]}"; exit 0
 fi
 mkdir -p build
@@ -31,7 +36,7 @@ waiting_log=build/test-waiting.log
 "${PYTEST[@]}" "${WAITING[@]}" >"$waiting_log" 2>&1 &
 waiting=$!
 status=0
-"${PYTEST[@]}" tests/test_[a-m]*.py || status=$?
+"${PYTEST[@]}" "${FIRST[@]}" || status=$?
 "${PYTEST[@]}" "${REST[@]}" || { s=$?; [ "$status" != 0 ] || status=$s; }
 w=0
 wait "$waiting" || w=$?
