@@ -13,7 +13,7 @@ import time
 
 from benchmarks.jobs import wait_for
 from tlc.job import cluster as cl
-from tlc.job import launcher
+from tlc.job import launcher, plots
 
 from testbed import netem  # type: ignore  # pylint: disable=import-error
 
@@ -34,6 +34,7 @@ class NetCluster:
                                     echo_chief=False)
         self.restarts = {}  # task -> how many times it was started again
         self.events = []    # (seconds since start, what the test did, chief's step)
+        self.healed = []    # wall times at which a cut link was up again
         self.start_time = None
 
     # ---- lifetime ---------------------------------------------------------
@@ -92,6 +93,7 @@ class NetCluster:
                                   port], capture_output=True, text=True, check=True).stdout
             return json.loads(out)[0].get("operstate") == "UP"
         wait_for(up, 20, f"{port} up")
+        self.healed.append(time.time())
         self._note(f"healed {job}{index}")
 
     def kill(self, job, index):
@@ -147,6 +149,15 @@ class NetCluster:
             if job == "worker" and proc.poll() not in (None, 0):
                 return (job, index)
         return None
+
+    def resume_seconds(self):
+        """For each healed link, seconds from its return to the first global
+        step the chief completed after it (from the chief's own step record,
+        written when it finishes)."""
+        with open(os.path.join(self.logdir, plots.STEPS_FILE), encoding="utf-8") as f:
+            record = json.load(f)
+        done = [record["start_time"] + s for s in record["seconds"]]
+        return [round(min(t for t in done if t > healed) - healed, 1) for healed in self.healed]
 
     def tail(self, job, index, chars=3000):
         return f"--- {job}{index} ---\n" + self.logs(job, index)[-chars:]

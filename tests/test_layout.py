@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "tlc"
 # Layer of each module path prefix (longest match wins); higher may import lower.
 LAYERS = {
     "tlc.ops": 0, "tlc.codec": 0, "tlc._codec": 0, "tlc._tlc_ops": 0, "tlc.moments": 0,
-    "tlc.message": 0,
+    "tlc.message": 0, "tlc.grpc_options": 0,
     "tlc.compressors": 1,
     "tlc.controller": 2, "tlc.replica": 2, "tlc.session": 2, "tlc.placement": 2,
     "tlc.watchdog": 2,

@@ -33,6 +33,10 @@ def _tensorflow_error(found):
 if importlib.util.find_spec("tensorflow") is None and _tensorflow_error(None):
     raise ImportError(_tensorflow_error(None))
 
+# Before TensorFlow makes its first gRPC channel: see tlc/grpc_options.py.
+from tlc import grpc_options as _grpc_options  # noqa: E402  pylint: disable=wrong-import-position
+_grpc_options.apply()
+
 _LAZY = {
     "SyncReplicasOptimizer": ("tlc.optimizer", "SyncReplicasOptimizer"),
     "ThreeLC": ("tlc.compressors.threelc", "ThreeLC"),

@@ -19,6 +19,8 @@ import tempfile
 import threading
 import time
 
+from tlc import grpc_options
+
 JOBS = ("ps", "worker")
 
 
@@ -320,6 +322,7 @@ def _task_env():
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project root
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    grpc_options.apply(env)  # `import tlc` would too; this way any child process has them
     return env
 
 
