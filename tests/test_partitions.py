@@ -27,11 +27,11 @@ FLAGS = [f"--flagfile={ROOT}/configs/fashion_mnist.cfg", f"--flagfile={ROOT}/con
 CUT_SECONDS = 30
 LONG_CUT_SECONDS = 120
 TIMEOUT = 600  # bounds a failure only
-# Training goes on within seconds of a link's return (docs/FAULTS.md,
-# measured 3.7-6.7 s on busy cores); without tlc/grpc_options.py, TCP's
-# retransmission backoff and gRPC's 20 s dial held it 18-44 s. The bound
-# leaves room for a session re-created on a loaded machine.
-RESUME_SECONDS = 10
+# Training goes on within seconds of a link's return (docs/FAULTS.md): the
+# dial comes within ~1 s, then the session is re-created (3-12 s measured on 2
+# cores at load 25-50). Without tlc/grpc_options.py, TCP's retransmission
+# backoff and gRPC's 20 s dial held it 18.5-44 s.
+RESUME_SECONDS = 15
 
 pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow,
               pytest.mark.skipif(not AVAILABLE, reason=f"network namespaces: {WHY}")]
@@ -79,7 +79,8 @@ def check_resumed(c):
 
 def check_grpc_options(c):
     """Every task process runs with tlc's gRPC options (what bounds the
-    resume time; /proc shows the environment each one started with)."""
+    resume time; /proc shows the environment each one started with). Read
+    once training runs: a process still being started may show none."""
     for (job, index), proc in c.launcher.procs.items():
         with open(f"/proc/{proc.pid}/environ", "rb") as f:
             env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
@@ -95,9 +96,9 @@ def restored_steps(c):
 
 def test_ps0_cut_off_twice(tmp_path):
     with NetCluster(tmp_path, 1, 2, FLAGS) as c:
-        check_grpc_options(c)
         for at, seconds in ((30, CUT_SECONDS), (75, LONG_CUT_SECONDS)):
             c.wait_step(at, TIMEOUT)
+            check_grpc_options(c)
             c.cut("ps", 0)
             _hold(c, seconds)
             c.heal("ps", 0)
@@ -108,8 +109,8 @@ def test_ps0_cut_off_twice(tmp_path):
 @pytest.mark.parametrize("worker", [0, 1], ids=["chief", "worker1"])
 def test_worker_cut_off_for_two_minutes(tmp_path, worker):
     with NetCluster(tmp_path, 1, 2, FLAGS) as c:
-        check_grpc_options(c)
         c.wait_step(30, TIMEOUT)
+        check_grpc_options(c)
         c.cut("worker", worker)
         _hold(c, LONG_CUT_SECONDS)
         c.heal("worker", worker)
