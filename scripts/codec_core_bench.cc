@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
   } else {
     Flusher flush;
     std::vector<double> t_copy, t_c, t_d;
-    long faults = 0;
+    long faults = 0, dfaults = 0;
     for (int i = 0; i <= reps; ++i) {
       std::memcpy(wx.data(), x.data(), 4 * n);
       std::memcpy(we.data(), e.data(), 4 * n);
@@ -140,9 +140,11 @@ int main(int argc, char** argv) {
       double t3 = Now();
       faults = MinorFaults() - f0;
       flush();
+      const long f1 = MinorFaults();
       double t4 = Now();
       decompress();
       double t5 = Now();
+      dfaults = MinorFaults() - f1;
       if (i) {
         t_copy.push_back(t1 - t0);
         t_c.push_back(t3 - t2);
@@ -215,8 +217,8 @@ int main(int argc, char** argv) {
                 1e3 * worst(t_copy));
     std::printf("compress   best %8.3f ms  %.3fx memcpy  (last call: %ld minor page faults)\n",
                 1e3 * best(t_c), best(t_copy) / best(t_c), faults);
-    std::printf("decompress best %8.3f ms  %.3fx memcpy\n", 1e3 * best(t_d),
-                best(t_copy) / best(t_d));
+    std::printf("decompress best %8.3f ms  %.3fx memcpy  (last call: %ld minor page faults)\n",
+                1e3 * best(t_d), best(t_copy) / best(t_d), dfaults);
   }
   if (prefix) {
     // The stream of one compress of the original input, and its decoding.
