@@ -59,7 +59,14 @@ class Channel:
             nbytes = tf.add_n([tf.constant(0, tf.int64)] + [x.nbytes for x in encoded.values()])
         # The PS side follows from the messages alone: no control edges from
         # the worker's graph (e.g. UPDATE_OPS around minimize()) cross.
-        heads, ops = [], []
+        # The round's gate: each worker's push into the last variable's
+        # accumulator comes after its others, and the chief's update takes
+        # the gate first and the others after it. Until a round is complete
+        # an update has taken nothing, so an update that outlives its
+        # session on the PS (a cut link leaves no reset) cannot have taken
+        # part of a round when a new chief's update starts beside it.
+        gate = pushed[-1].name
+        heads, ops, made = [], [], {}
         with tf.device(self.device), tf.control_dependencies(None):
             for i, (bucket, message, parts) in enumerate(zip(buckets, messages, templates)):
                 received = wire.unpack(message, parts,
@@ -69,9 +76,10 @@ class Channel:
                 at = 1
                 for entry in bucket:
                     n = len(encoded[entry.name].parts)
-                    decoded[entry.name] = push.decode(shared, entry, received[at:at + n],
-                                                      local_step)
-                    ops.append(decoded[entry.name].op)
+                    after = list(ops) if entry.name == gate else []
+                    made[entry.name] = push.decode(shared, entry, received[at:at + n],
+                                                   local_step, after)
+                    ops.append(made[entry.name][0])
                     at += n
                 if i == 0:
                     ops += [self._keep_statistic(e, v)
@@ -79,6 +87,15 @@ class Channel:
             # The pushing worker's model version, as the PS reads it (for its
             # reply): every head carries it; the first bucket's arrives first.
             worker_version = heads[0][1]
+            gate_taken = made[gate][2]()
+            for entry in pushed:
+                op, accumulator, take = made[entry.name]
+                if entry.name == gate:
+                    taken = gate_taken
+                else:
+                    with tf.control_dependencies([_values(gate_taken)]):
+                        taken = take()
+                decoded[entry.name] = records.Decoded(op, taken, accumulator)
         return records.ChannelPush(
             encoded=encoded, decoded=decoded, ops=ops, heads=heads, messages=messages,
             buckets=[[e.name for e in bucket] for bucket in buckets],
@@ -139,3 +156,7 @@ def _shared_table(name):
                                                     name=name, checkpoint=True)
     saveables[:] = before
     return table
+
+
+def _values(grad):
+    return grad.values if isinstance(grad, tf.IndexedSlices) else grad

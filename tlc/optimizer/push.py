@@ -9,7 +9,7 @@ import tensorflow as tf
 from tlc import ops
 from tlc.compressors import ThreeLC, payload_bytes
 from tlc.optimizer import residuals, sparse, timing
-from tlc.optimizer.records import Decoded, Encoded
+from tlc.optimizer.records import Encoded
 
 
 def encode(shared, entry, grad):
@@ -36,10 +36,11 @@ def encode(shared, entry, grad):
     return Encoded([grad], tf.constant(entry.dtype.size * entry.num_elements, tf.int64))
 
 
-def decode(shared, entry, parts, local_step):
-    """PS side for one variable: its parts into its accumulator. Returns its
-    records.Decoded (the push op, the averaged gradient the chief's update
-    takes, the accumulator)."""
+def decode(shared, entry, parts, local_step, after=()):
+    """PS side for one variable: its parts into its accumulator, after the
+    ops `after`. Returns (the push op, the accumulator, take) where take()
+    makes the averaged gradient the chief's update takes, under the control
+    dependencies around that call (channel.py orders the takes)."""
     config, master = shared.config, entry.master
     if entry.sparse:
         compressor = sparse.rows_compressor(config, entry)
@@ -47,9 +48,10 @@ def decode(shared, entry, parts, local_step):
             indices, values = sparse.decode_rows(entry, parts, compressor)
         accum = tf.compat.v1.SparseConditionalAccumulator(
             tf.float32, shape=master.shape, shared_name=master.name + "/grad_accum")
-        push = accum.apply_grad(indices, values, grad_shape=master.shape.as_list(),
-                                local_step=local_step)
-        return Decoded(push, accum.take_indexed_slices_grad(config.replicas_to_aggregate), accum)
+        with tf.control_dependencies(after):
+            push = accum.apply_grad(indices, values, grad_shape=master.shape.as_list(),
+                                    local_step=local_step)
+        return push, accum, lambda: accum.take_indexed_slices_grad(config.replicas_to_aggregate)
     if entry.compressed and adds_compressed(config, entry):
         # Each push is added straight from its 3LC stream (no dense decoded
         # copy); same result, bit for bit, as decompressing into TF's
@@ -58,9 +60,9 @@ def decode(shared, entry, parts, local_step):
         accum = ops.CompressedAccumulator(master.shape, adaptive=config.compressor.adaptive,
                                           block_size=config.compressor.block_size,
                                           shared_name=master.name + "/tlc_grad_accum")
-        with tf.name_scope(f"tlc_decode_push/{entry.name}"):
+        with tf.name_scope(f"tlc_decode_push/{entry.name}"), tf.control_dependencies(after):
             push = accum.apply_grad(parts, local_step=local_step)
-        return Decoded(push, accum.take_grad(config.replicas_to_aggregate), accum)
+        return push, accum, lambda: accum.take_grad(config.replicas_to_aggregate)
     if entry.compressed:
         # Other compressors (and 3LC of non-float32 variables) decode into a
         # dense tensor for TF's accumulator, as before.
@@ -75,9 +77,9 @@ def decode(shared, entry, parts, local_step):
     summed = tf.float32 if entry.dtype == tf.bfloat16 else entry.dtype
     accum = tf.compat.v1.ConditionalAccumulator(summed, shape=master.shape,
                                                 shared_name=master.name + "/grad_accum")
-    push = accum.apply_grad(tf.cast(grad, summed), local_step=local_step)
-    return Decoded(push, tf.cast(accum.take_grad(config.replicas_to_aggregate), entry.dtype),
-                   accum)
+    with tf.control_dependencies(after):
+        push = accum.apply_grad(tf.cast(grad, summed), local_step=local_step)
+    return push, accum, lambda: tf.cast(accum.take_grad(config.replicas_to_aggregate), entry.dtype)
 
 
 def adds_compressed(config, entry):
