@@ -222,3 +222,51 @@ def test_buckets_go_last_layers_first_each_after_its_own_gradients():
     assert len(first_grad) == 1, first_grad
     assert [set(buckets[-1]) == names for names in depends_on if names] == \
         [first_grad[0] in before for before, names in zip(behind.values(), depends_on) if names]
+
+
+def test_each_push_reaches_its_round_gate_last_and_the_update_takes_it_first():
+    """An update must not hold part of a round (tests/test_chief_restart_tokens.py):
+    in the PS's partition, the gate's push waits for every other push of its
+    channel, whatever bucket carries it, and every other take waits for the
+    gate's take."""
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.compat.v1.device("/job:ps/task:0"):
+            gs = tf.compat.v1.train.get_or_create_global_step()
+            variables = [tf.Variable(tf.zeros([n]), name=f"v{i}")
+                         for i, n in enumerate((50000, 40000, 30000, 20000))]
+        with tf.compat.v1.device("/job:worker/task:0"):
+            opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), 2,
+                                        compressor=ThreeLC(), compress_threshold=0,
+                                        push_buckets=3)
+            opt.apply_gradients([(tf.ones_like(v), v) for v in variables], global_step=gs)
+    views = opt.variables_built
+    assert len({v.push_bucket for v in views.values()}) >= 2  # the gate waits across messages
+    gate, = [v for v in views.values() if v.round_gate]
+    others = [v for v in views.values() if not v.round_gate]
+
+    def ops_of(accumulator, kind):
+        handle = accumulator.accumulator_ref.op
+        return [c for c in handle.outputs[0].consumers() if kind in c.type]
+
+    gate_push, = ops_of(gate.accumulator, "Apply")
+    gate_take, = ops_of(gate.accumulator, "Take")
+    for view in others:
+        push, = ops_of(view.accumulator, "Apply")
+        take, = ops_of(view.accumulator, "Take")
+        assert _runs_after(gate_push, push), view.entry.name
+        assert _runs_after(take, gate_take), view.entry.name
+        assert not _runs_after(gate_take, take), view.entry.name
+
+
+def _runs_after(op, before):
+    """Whether `op` depends on `before` through inputs or control edges."""
+    seen, stack = set(), [op]
+    while stack:
+        current = stack.pop()
+        if current is before:
+            return True
+        if current.name not in seen:
+            seen.add(current.name)
+            stack += [t.op for t in current.inputs] + list(current.control_inputs)
+    return False

@@ -180,9 +180,9 @@ def test_an_update_of_a_dead_chief_session_still_waiting_does_not_stall_the_new_
 
 
 def test_an_update_of_a_dead_chief_session_beside_a_half_pushed_round_does_not_stall():
-    """As above, but the dead chief's push had reached v0's accumulator and
-    not v1's when its link died. An update that took v0's round then and
-    waited for v1's took the rest from the new sessions, and the restart
+    """As above, but the dead chief's push had reached one accumulator and
+    not the other when its link died. An update that took the first's round
+    then and waited for the other's took the rest from the new sessions, and the restart
     tokens left one worker a round behind: the cluster deadlocked (seen as
     ps0 cut for 2 minutes hanging for good under load, test_partitions).
     Now each push reaches the round's gate (the channel's last variable)
@@ -197,13 +197,16 @@ def test_an_update_of_a_dead_chief_session_beside_a_half_pushed_round_does_not_s
         with graph.as_default():
             hook.begin()
             update = hook._ops.chief_queue_runner.enqueue_ops[0]  # pylint: disable=protected-access
-            accumulator = opt.variables_built["v0"].accumulator
+            # The push reaches the gate last: the round's other accumulator.
+            view, = [v for v in opt.variables_built.values() if not v.round_gate]
+            accumulator = view.accumulator
             with tf.device("/job:ps/task:0"):
-                chief_push_v0 = accumulator.apply_grad(tf.fill([2000], 0.1), local_step=1)
-                v0_count = accumulator.num_accumulated()
+                chief_push = accumulator.apply_grad(
+                    tf.fill(view.entry.master.shape, 0.1), local_step=1)
+                count = accumulator.num_accumulated()
         orphan = tf.compat.v1.Session(w.workers[0].target, graph=graph)
-        orphan.run(chief_push_v0)
-        assert orphan.run(v0_count) == 2  # v0's round complete, v1's not
+        orphan.run(chief_push)
+        assert orphan.run(count) == 2  # that round complete, the gate's not
         threading.Thread(target=lambda: orphan.run(update), daemon=True).start()
         graph, opt, train_op, step, _ = build_worker(0)
         back, _ = session(graph, opt, w.workers[0].target, True)

@@ -321,9 +321,10 @@ def test_push_decode_uses_it_for_3lc_only():
             shared.config = config
             x = tf.constant(np.linspace(-1, 1, 3000, dtype=np.float32))
             parts = compressor.compress(x)
-            decoded = push.decode(shared, entry, list(parts), tf.constant(0, tf.int64))
-            op, aggregated = decoded.op, decoded.aggregated
-            assert isinstance(decoded.accumulator, kind)
+            op, accumulator, take = push.decode(shared, entry, list(parts),
+                                                tf.constant(0, tf.int64))
+            aggregated = take()
+            assert isinstance(accumulator, kind)
             assert aggregated.shape == (3000,)
             with tf.compat.v1.Session() as sess:
                 sess.run(tf.compat.v1.global_variables_initializer())

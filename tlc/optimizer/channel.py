@@ -59,13 +59,13 @@ class Channel:
             nbytes = tf.add_n([tf.constant(0, tf.int64)] + [x.nbytes for x in encoded.values()])
         # The PS side follows from the messages alone: no control edges from
         # the worker's graph (e.g. UPDATE_OPS around minimize()) cross.
-        # The round's gate: each worker's push into the last variable's
-        # accumulator comes after its others, and the chief's update takes
-        # the gate first and the others after it. Until a round is complete
-        # an update has taken nothing, so an update that outlives its
-        # session on the PS (a cut link leaves no reset) cannot have taken
-        # part of a round when a new chief's update starts beside it.
-        gate = pushed[-1].name
+        # The round's gate: each worker's push into the accumulator decoded
+        # last comes after its others, and the chief's update takes the gate
+        # first and the others after it. Until a round is complete an update
+        # has taken nothing, so an update that outlives its session on the
+        # PS (a cut link leaves no reset) cannot have taken part of a round
+        # when a new chief's update starts beside it.
+        gate = buckets[-1][-1].name
         heads, ops, made = [], [], {}
         with tf.device(self.device), tf.control_dependencies(None):
             for i, (bucket, message, parts) in enumerate(zip(buckets, messages, templates)):
@@ -98,7 +98,7 @@ class Channel:
                 decoded[entry.name] = records.Decoded(op, taken, accumulator)
         return records.ChannelPush(
             encoded=encoded, decoded=decoded, ops=ops, heads=heads, messages=messages,
-            buckets=[[e.name for e in bucket] for bucket in buckets],
+            buckets=[[e.name for e in bucket] for bucket in buckets], gate=gate,
             worker_version=worker_version, nbytes=nbytes,
             seconds=[x.seconds for x in encoded.values() if x.seconds is not None],
             aggregated=[(decoded[e.name].aggregated, e.master) for e in pushed])

@@ -37,6 +37,7 @@ class ChannelPush:
     decoded: Dict[str, Decoded]   # entry name -> PS side
     ops: List[Any]                # every push op on the PS (statistics included)
     buckets: List[List[str]]      # entry names per message, last layers first
+    gate: str                     # the entry whose push comes last and is taken first
     messages: List[Any]           # each bucket's packed message, on the worker
     heads: List[Any]              # each message's header, on the PS
     worker_version: Any           # the pushing worker's model version, on the PS
@@ -74,6 +75,7 @@ class VariableView:
     push_bucket: Optional[int]       # which of its PS's push messages (0: sent first)
     push_memory: List[Any]           # its error-feedback variables on the worker
     accumulator: Any                 # its accumulator on the PS (None: not pushed)
+    round_gate: bool                 # its push comes last in its channel and is taken first
     pull_payload: Optional[List[Any]]  # its compressed pull payload (None: not compressed)
 
 
@@ -92,5 +94,6 @@ def variable_views(entries, pushes, update):
             push_bucket=bucket_of.get(e.name),
             push_memory=list(enc.memory) if enc else [],
             accumulator=dec.accumulator if dec else None,
+            round_gate=any(p.gate == e.name for p in pushes),
             pull_payload=payloads.get(e.name))
     return views
