@@ -161,26 +161,47 @@ class SimulatedWorker:
         self.session = None
         self.steps_done = 0
         self.error = None
+        self.spec, self.own, self.flags = spec, own, flags
+        self.dog, self.step_servers = None, ()
 
     def open(self):
+        from tlc import watchdog  # pylint: disable=import-outside-toplevel
         from tlc.session import training_session  # pylint: disable=import-outside-toplevel
+        # The job's own watchdog, as tlc/job/task.py starts it: its probes are
+        # TF runs on every PS, beside the steps.
+        servers = {f"ps{i}": f"/job:ps/task:{i}" for i in range(len(self.spec["ps"]))}
+        prober = watchdog.TensorFlowProber(self.server.target, self.own, servers,
+                                           deadline=max(1.0, self.flags.stall_timeout / 2))
+        self.dog = watchdog.Watchdog(
+            f"worker {self.index}", {f"ps{i}": a for i, a in enumerate(self.spec["ps"])},
+            self.flags.unreachable_timeout, prober=prober,
+            stall_timeout=self.flags.stall_timeout).start()
         with self.graph.as_default():
             self.session = training_session(self.server.target, self.is_chief, self.hooks,
                                             config=self.config)
+            self.step_servers = prober.servers_run_by([self.train_op])
 
     def feed(self, recorded, step):
         values = recorded[(self.index + step) % len(recorded)]
         return {grad: values[name][rows] for grad, (name, rows) in zip(self.grads, self.parts)}
 
     def step(self, recorded, options=None, metadata=None):
-        _, version = self.session.run([self.train_op, self.version],
-                                      self.feed(recorded, self.steps_done),
-                                      options=options, run_metadata=metadata)
+        self.dog.step_started(self.steps_done + 1)
+        answered = ()
+        try:
+            _, version = self.session.run([self.train_op, self.version],
+                                          self.feed(recorded, self.steps_done),
+                                          options=options, run_metadata=metadata)
+            answered = self.step_servers
+        finally:
+            self.dog.step_ended(answered)
         self.steps_done += 1
         return int(version)
 
     def close(self):
         from tlc.session import worker_done  # pylint: disable=import-outside-toplevel
+        if self.dog is not None:
+            self.dog.stop()
         if self.session is not None:
             try:
                 self.session.close()

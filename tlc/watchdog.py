@@ -6,7 +6,11 @@ TF's gRPC runtime retries an unreachable task forever without a word (its
 stuck) still accepts TCP connections: its kernel answers for it. So a
 thread here connects to every parameter server's port once a second, and a
 prober (see `TensorFlowProber`) asks each one for its clock through TF, with
-a deadline, from a thread of its own. Lines, at growing intervals:
+a deadline, from a thread of its own. A training step that ran on a server
+and ended is its answer: while steps end, neither asks it again (on a
+parameter server each probe is a TF run of its own: a RunGraph and a
+RecvTensor per worker per second, beside the steps'). Lines, at growing
+intervals:
 
   worker 1: waiting for ps0 at host:port for 30 s          (no TCP connect)
   worker 1: ps0 at host:port has not answered for 60 s ... (connects, no answer)
@@ -16,6 +20,7 @@ After `timeout` seconds without a connection or an answer, or of a step
 waiting, the process ends with exit code 1. Without a server's address (a
 hook knows only its device) the prober's answers alone tell.
 """
+import math
 import os
 import socket
 import sys
@@ -44,18 +49,51 @@ def report_times(timeout, first=FIRST_REPORT):
     return times
 
 
+def tasks_run_by(ops):
+    """The tasks ("/job:ps/task:0", ...) that a run of `ops` runs a part on:
+    those of every op they depend on, through data and control edges."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    seen, todo, tasks = set(ops), list(ops), set()
+    while todo:
+        op = todo.pop()
+        spec = tf.DeviceSpec.from_string(op.device)
+        if spec.job:
+            tasks.add(f"/job:{spec.job}/task:{spec.task or 0}")
+        for parent in [t.op for t in op.inputs] + list(op.control_inputs):
+            if parent not in seen:
+                seen.add(parent)
+                todo.append(parent)
+    return tasks
+
+
 class TensorFlowProber:
     """Asks each parameter server for its clock (tf.timestamp placed on it)
     once a second, each from a daemon thread of its own, with a deadline;
     `last_answer(name)` is when it last answered (None: not yet). A thread
     that blocks (a session being made to a frozen server) only delays its
-    own server's next answer, which is what is being measured."""
+    own server's next answer, which is what is being measured. A server
+    that a training step ran on since the last probe (`answered`) is not
+    asked: the step's end was its answer."""
 
     def __init__(self, target, own_device, servers, deadline):
         self.target, self.own_device, self.deadline = target, own_device, float(deadline)
         self.servers = dict(servers)  # name -> device, e.g. {"ps0": "/job:ps/task:0"}
         self._answers = {}
+        self._answered_by_step = {}  # name -> True: a step ran on it since its last probe
         self._stop = threading.Event()
+
+    def servers_run_by(self, ops):
+        """The names of the servers a run of `ops` runs a part on."""
+        tasks = tasks_run_by(ops)
+        return tuple(name for name, device in self.servers.items()
+                     if _task_of(device) in tasks)
+
+    def answered(self, names):
+        """A training step that ran on these servers has just ended."""
+        now = time.time()
+        for name in names:
+            self._answers[name] = now
+            self._answered_by_step[name] = True
 
     def start(self):
         for name, device in self.servers.items():
@@ -78,6 +116,9 @@ class TensorFlowProber:
         options = tf.compat.v1.RunOptions(timeout_in_ms=max(1, int(self.deadline * 1000)))
         session = None
         while not self._stop.is_set():
+            if self._answered_by_step.pop(name, False):
+                self._stop.wait(PROBE_EVERY)  # a step ran on it since the last probe
+                continue
             try:
                 if session is None:  # blocks while the server is frozen
                     session = tf.compat.v1.Session(self.target, graph=graph, config=config)
@@ -114,6 +155,7 @@ class Watchdog:
         self._stop = threading.Event()
         self._step = None  # (step, since) while the training loop is inside a step
         self.last_step = None  # the step the training loop started last
+        self._step_answers = {}  # name -> when a step that ran on it last ended
 
     def start(self):
         if self.prober is not None:
@@ -130,8 +172,15 @@ class Watchdog:
         self._step = (step, time.time())
         self.last_step = step
 
-    def step_ended(self):
+    def step_ended(self, answered=()):
+        """answered: the servers the step ran on, if it ended well (their answer)."""
         self._step = None
+        if answered:
+            now = time.time()
+            for name in answered:
+                self._step_answers[name] = now
+            if self.prober is not None:
+                self.prober.answered(answered)
 
     def _run(self):
         try:
@@ -150,7 +199,9 @@ class Watchdog:
             now = time.time()
             quiet = []  # servers that connect but do not answer
             for name, address in self.targets.items():
-                if address is None or reachable(address):
+                # A step that ran on it within the last interval: reachable, no connect.
+                stepped = now - self._step_answers.get(name, -math.inf) < PROBE_EVERY
+                if address is None or stepped or reachable(address):
                     if name in down_since:
                         up_since[name] = now  # its silence counts from now
                         if reported.get(name):
@@ -227,6 +278,12 @@ class Watchdog:
                            "while every parameter server answers "
                            f"({self._named('unreachable_timeout', self.timeout)})")
         return (current, count)
+
+
+def _task_of(device):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    spec = tf.DeviceSpec.from_string(device)
+    return f"/job:{spec.job}/task:{spec.task or 0}"
 
 
 class _GaveUp(Exception):

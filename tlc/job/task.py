@@ -249,19 +249,24 @@ def _run_worker(server, cluster, spec, index, config, flags, dog):
         history = []  # chief: (step, seconds, loss, bytes pushed, bytes pulled) per step
         next_eval = flags.eval_every
         tracer = trace.Tracer(logdir, index, flags.trace_steps)
+        # A step that ends is every parameter server it ran on answering:
+        # the watchdog asks those no more while steps end.
+        step_servers = dog.prober.servers_run_by([train_op])
         while step < flags.steps:
             x, y = batches.next()
             feed = {images: x, labels: y}
             started = time.perf_counter()
             dog.step_started(int(step) + 1)
             tracing = tracer.wants(len(losses))
+            answered = ()
             try:
                 _, loss_value, step, sent = sess.run(
                     [train_op, loss, sync.version_after_step, sync.step_traffic],
                     feed if tuner is None else {**feed, **tuner.feed_dict()},
                     **tracer.run_arguments() if tracing else {})
+                answered = step_servers
             finally:
-                dog.step_ended()
+                dog.step_ended(answered)
             if tracing:
                 tracer.record(int(step))
             if tuner is not None:

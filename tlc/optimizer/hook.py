@@ -57,6 +57,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._save_steps = save_checkpoint_steps
         self._timeouts = (stall_timeout, unreachable_timeout)
         self._watchdog = None
+        self._step_servers = ()  # the parameter servers a training step runs on
         self._seen_version = 0  # newest model version this process has trained on
         self._version = None  # the global step of this worker's model after its last step
         self._next_save = None  # the step at which the chief saves next by steps
@@ -139,6 +140,9 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         prober = watchdog.TensorFlowProber(session.sess_str, shared.worker_host, servers,
                                            deadline=max(1.0, stall / 2))
         graph = session.graph
+        # A step that ends is its parameter servers answering: not asked again meanwhile.
+        self._step_servers = prober.servers_run_by(
+            [graph.get_operation_by_name(name) for name in sorted(self._ops.step_op_names)])
         self._watchdog = watchdog.Watchdog(
             f"worker {state.worker_index(shared.worker_host)}", dict.fromkeys(servers), unreachable,
             prober=prober, stall_timeout=stall, setting="",
@@ -277,7 +281,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         if run_values.results is None:
             return
         if self._watchdog is not None:
-            self._watchdog.step_ended()
+            self._watchdog.step_ended(self._step_servers)
         needs_full_sync, version = run_values.results
         self._seen_version = max(self._seen_version, int(version))
         before, self._version = self._version, int(version)
