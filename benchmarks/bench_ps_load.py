@@ -6,8 +6,9 @@ Each simulated worker is a real worker graph, built as tlc/job/task.py
 builds it (balanced placement, local copies, the job's own optimizer from
 the job's flags: configs/fashion_mnist.cfg + a compressor config, 3LC s = 1
 by default), on its own /job:worker/task:i served by a tf.distribute.Server
-in this process, with its own MonitoredSession and the optimizer's session
-hook, running train steps in its own thread. The PS therefore runs exactly
+in this process, with its own MonitoredSession, the optimizer's session
+hook and the job's watchdog (tlc/watchdog.py, started as task.py starts it:
+its probes of the PS are TF runs too), running train steps in its own thread. The PS therefore runs exactly
 a real job's graph: the same partitions, ops, RPCs and bytes per worker
 step (a RunGraph per step, a RecvTensor per push bucket, the reply fetched
 by the worker), tokens taken and replies replayed as a worker does.

@@ -51,14 +51,14 @@ def report_times(timeout, first=FIRST_REPORT):
 
 def tasks_run_by(ops):
     """The tasks ("/job:ps/task:0", ...) that a run of `ops` runs a part on:
-    those of every op they depend on, through data and control edges."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    those of every op they depend on, through data and control edges. An
+    op, or what has one (a tensor, a variable's assign)."""
+    ops = [getattr(op, "op", op) for op in ops]
     seen, todo, tasks = set(ops), list(ops), set()
     while todo:
         op = todo.pop()
-        spec = tf.DeviceSpec.from_string(op.device)
-        if spec.job:
-            tasks.add(f"/job:{spec.job}/task:{spec.task or 0}")
+        if op.device:
+            tasks.add(_task_of(op.device))
         for parent in [t.op for t in op.inputs] + list(op.control_inputs):
             if parent not in seen:
                 seen.add(parent)
@@ -281,6 +281,7 @@ class Watchdog:
 
 
 def _task_of(device):
+    """"/job:ps/task:0" of a device name ("/job:ps/task:0/device:CPU:0", ...)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     spec = tf.DeviceSpec.from_string(device)
     return f"/job:{spec.job}/task:{spec.task or 0}"
