@@ -106,6 +106,11 @@ def test_a_worker_runs_on_its_ps_once_per_step_while_steps_end(monkeypatch):
                     master=workers[worker_id].target, is_chief=worker_id == 0, hooks=[hook],
                     config=config, stop_grace_period_secs=1))
                 train_ops.append(train_op)
+        # What the job's loop (tlc/job/task.py) gives its watchdog: the servers its
+        # train op runs on (a variable's assign, as the optimizer returns it).
+        prober = watchdog.TensorFlowProber(workers[1].target, "/job:worker/task:1",
+                                           {"ps0": "/job:ps/task:0", "ps1": "/job:ps/task:1"}, 1)
+        assert prober.servers_run_by([train_ops[1]]) == ("ps0",)
         ends = {i: [] for i in range(NUM_WORKERS)}
         # Steps over a few probe intervals, however fast this machine is: the bound
         # below follows the gaps between the steps' ends.
