@@ -173,11 +173,11 @@ def mem_available():
     return None
 
 
-# Peak bytes per element of a run: the parent's inputs and buffers (about 12
-# float32 arrays) plus the TF child's variables and the builtin pipeline's
-# temporaries (about 24), with margin.
-BYTES_PER_ELEMENT = 4 * 40
-BYTES_PER_ELEMENT_NUMPY = 4 * 12  # --no_tf / --one_pass
+# Peak bytes per element of a run: the parent's inputs and buffers (about 14
+# float32 arrays, the spaced pair included) plus the TF child's variables and
+# the builtin pipeline's temporaries (about 24), with margin.
+BYTES_PER_ELEMENT = 4 * 42
+BYTES_PER_ELEMENT_NUMPY = 4 * 14  # --no_tf / --one_pass
 
 
 def residency(n, llc):
