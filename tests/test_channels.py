@@ -270,3 +270,27 @@ def _runs_after(op, before):
             seen.add(current.name)
             stack += [t.op for t in current.inputs] + list(current.control_inputs)
     return False
+
+
+def test_a_server_holding_only_statistics_gets_its_channel():
+    """A PS whose variables are all worker-kept statistics (batch-norm moving
+    averages) pushes no gradient: its channel carries the statistics alone,
+    with no round gate to order."""
+    graph = tf.Graph()
+    with graph.as_default():
+        with replica.local_copies("/job:worker/task:0"):
+            with tf.compat.v1.device("/job:ps/task:0"):
+                gs = tf.compat.v1.train.get_or_create_global_step()
+                w = tf.Variable(tf.zeros([10]), name="w")
+            with tf.compat.v1.device("/job:ps/task:1"):
+                moving = tf.Variable(tf.zeros([10]), name="moving_mean", trainable=False,
+                                     synchronization=tf.VariableSynchronization.ON_READ,
+                                     aggregation=tf.VariableAggregation.MEAN)
+        assert replica.is_statistic(moving)
+        with tf.compat.v1.device("/job:worker/task:0"):
+            opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), 2)
+            opt.apply_gradients([(tf.ones([10]), w)], global_step=gs)
+    servers = {device: names for device, names in opt.channels}
+    assert any("moving_mean" in " ".join(names) for names in servers.values()), servers
+    gates = [view for view in opt.variables_built.values() if view.round_gate]
+    assert [view.entry.name for view in gates] == ["w"]

@@ -65,7 +65,7 @@ class Channel:
         # has taken nothing, so an update that outlives its session on the
         # PS (a cut link leaves no reset) cannot have taken part of a round
         # when a new chief's update starts beside it.
-        gate = buckets[-1][-1].name
+        gate = [e for bucket in buckets for e in bucket][-1].name if pushed else None
         heads, ops, made = [], [], {}
         with tf.device(self.device), tf.control_dependencies(None):
             for i, (bucket, message, parts) in enumerate(zip(buckets, messages, templates)):
@@ -87,7 +87,7 @@ class Channel:
             # The pushing worker's model version, as the PS reads it (for its
             # reply): every head carries it; the first bucket's arrives first.
             worker_version = heads[0][1]
-            gate_taken = made[gate][2]()
+            gate_taken = made[gate][2]() if pushed else None
             for entry in pushed:
                 op, accumulator, take = made[entry.name]
                 if entry.name == gate:

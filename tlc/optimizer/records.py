@@ -37,7 +37,7 @@ class ChannelPush:
     decoded: Dict[str, Decoded]   # entry name -> PS side
     ops: List[Any]                # every push op on the PS (statistics included)
     buckets: List[List[str]]      # entry names per message, last layers first
-    gate: str                     # the entry whose push comes last and is taken first
+    gate: Optional[str]           # the entry whose push comes last and is taken first (None: none pushed)
     messages: List[Any]           # each bucket's packed message, on the worker
     heads: List[Any]              # each message's header, on the PS
     worker_version: Any           # the pushing worker's model version, on the PS
