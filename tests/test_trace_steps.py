@@ -66,10 +66,8 @@ def test_phases_come_in_order_and_match_the_trace(traced_run):
         for record in report["trace"]["steps"]:
             name = f"trace_worker{index}_step{record['step']}.json"
             assert all(record[p] for p in trace.PHASES), record
-            compute_end = max(b for _, b in record["compute"])
-            # The last push message (the first layers' bucket) crosses once
-            # the last gradient is in; the first may cross before (buckets).
-            assert record["sending"] < record["sent"] and compute_end <= record["sent"], record
+            # The first push message may cross before backprop ends (buckets).
+            assert min(a for a, _ in record["compute"]) < record["sending"] < record["sent"], record
             assert record["push"][-1][1] == record["sent"]
             assert record["wait"] == [[record["sent"], record["received"]]]
             assert record["sent"] < record["received"] <= min(a for a, _ in record["pull"])
@@ -80,6 +78,15 @@ def test_phases_come_in_order_and_match_the_trace(traced_run):
             ends = [e["ts"] + e["dur"] for e in events if e.get("name") == "RecvTensor"
                     and PS in pids[e["pid"]]]
             assert min(abs(end / 1e6 - record["sent"]) for end in ends) < 2e-6, (index, name)
+            # The last push message (the first layers' bucket) crosses once the
+            # last gradient is in. Compute that feeds no push (the loss and
+            # accuracy read for the log) may still run on a busy machine.
+            worker = f"/job:worker/replica:0/task:{index}/"
+            gradients = [e for e in events if e.get("ph") == "X" and worker in pids[e["pid"]]
+                         and e["args"].get("name", "").startswith("gradients/")]
+            assert gradients, (index, name)
+            last_gradient = max(e["ts"] + e["dur"] for e in gradients) / 1e6
+            assert last_gradient <= record["sent"] + 2e-6, (index, name, last_gradient, record["sent"])
 
 
 def test_timeline_png_is_drawn_and_named(traced_run):
