@@ -3,12 +3,8 @@ each channel's pull log, advance the global step and release tokens."""
 import tensorflow as tf
 from tensorflow.python.training import queue_runner  # pylint: disable=no-name-in-module
 
-from tlc.optimizer import pull_log, timing
+from tlc.optimizer import pull_log, sparse, timing
 from tlc.optimizer.records import Update
-
-
-def _values(grad):
-    return grad.values if isinstance(grad, tf.IndexedSlices) else grad
 
 
 def build_update(shared, channels, pushes, variable_averages, variables_to_average):
@@ -18,9 +14,9 @@ def build_update(shared, channels, pushes, variable_averages, variables_to_avera
     with tf.device(gs.device), tf.name_scope(""):
         taken = []
         for grad, _ in aggregated:
-            with tf.control_dependencies([_values(grad)]):
+            with tf.control_dependencies([sparse.values_of(grad)]):
                 taken.append(server.takes_in_update.assign_add(1, read_value=False))
-        started = timing.stamp(gs.device, [_values(g) for g, _ in aggregated])
+        started = timing.stamp(gs.device, [sparse.values_of(g) for g, _ in aggregated])
         with tf.control_dependencies(taken):
             update_op = config.opt.apply_gradients(aggregated)
         with tf.control_dependencies([update_op]):

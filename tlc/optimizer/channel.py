@@ -7,7 +7,7 @@ its token (one fused message). How the messages travel is wire.py; what goes in 
 pull_log.py and replay.py."""
 import tensorflow as tf
 
-from tlc.optimizer import push, records, wire
+from tlc.optimizer import push, records, sparse, wire
 
 PUSH_HEAD = ("local_step", "local_version", "is_chief")
 # One push message when its float32 gradients are smaller than this (each
@@ -93,7 +93,7 @@ class Channel:
                 if entry.name == gate:
                     taken = gate_taken
                 else:
-                    with tf.control_dependencies([_values(gate_taken)]):
+                    with tf.control_dependencies([sparse.values_of(gate_taken)]):
                         taken = take()
                 decoded[entry.name] = records.Decoded(op, taken, accumulator)
         return records.ChannelPush(
@@ -156,7 +156,3 @@ def _shared_table(name):
                                                     name=name, checkpoint=True)
     saveables[:] = before
     return table
-
-
-def _values(grad):
-    return grad.values if isinstance(grad, tf.IndexedSlices) else grad

@@ -35,6 +35,12 @@ from tlc.compressors.indices import decode_rows as decode_row_code
 from tlc.compressors.indices import encode_rows as encode_row_code
 from tlc.compressors.indices import sorted_unique
 
+
+def values_of(grad):
+    """The tensor holding a gradient's values: a dense gradient itself, a
+    row-sparse one's rows (what control dependencies and time stamps wait on)."""
+    return grad.values if isinstance(grad, tf.IndexedSlices) else grad
+
 # Inner optimizers whose sparse update writes only the rows in the gradient.
 LAZY_SPARSE_OPTIMIZERS = (
     tf.compat.v1.train.GradientDescentOptimizer,

@@ -6,7 +6,7 @@ from typing import Any, Dict, List
 
 import tensorflow as tf
 
-from tlc.optimizer import aggregation, records, replay, timing
+from tlc.optimizer import aggregation, records, replay, sparse, timing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +56,7 @@ def build(shared, channels, grads, variable_averages, variables_to_average):
             replayed += replay.replay(shared, channel, logged, rows, steps)
             pulled += tf.reduce_sum(tf.cast(tf.strings.length(rows), tf.int64))
         push_bytes = tf.add_n([pushed.nbytes for pushed in pushes])
-        worker_stamps = [started, timing.stamp(host, [_values(g) for g in grads.values()]),
+        worker_stamps = [started, timing.stamp(host, [sparse.values_of(g) for g in grads.values()]),
                          timing.stamp(host, [token]), timing.stamp(host, replayed)]
         compress = tf.add_n([tf.constant(0.0, tf.float64)] + compress_seconds)
         ps_seconds = tf.add_n([s for _, s, _ in read])
@@ -110,7 +110,3 @@ def take_token(shared, push_ops):
 def _give_back(server, token):
     with tf.control_dependencies([server.token_queue.enqueue(token)]):
         return tf.identity(token)
-
-
-def _values(grad):
-    return grad.values if isinstance(grad, tf.IndexedSlices) else grad
