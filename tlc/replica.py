@@ -23,6 +23,10 @@ def local_copies_of_graph(graph=None):
     return list(_LOCAL_COPIES.get(graph or tf.compat.v1.get_default_graph(), []))
 
 
+# Where batch-norm moving statistics live (local_copies' `statistics`).
+STATISTICS_ON_WORKERS, STATISTICS_ON_PS = "worker", "ps"
+
+
 def is_statistic(local):
     """True for a worker-kept statistic (see local_copies)."""
     return getattr(local, "_tlc_statistic", False)
@@ -86,16 +90,23 @@ def _forward_save_slice_info(local, master):
 
 
 @contextlib.contextmanager
-def local_copies(worker_device):
+def local_copies(worker_device, statistics=STATISTICS_ON_WORKERS):
     """Creates trainable variables as PS masters with worker-local copies.
 
-    Variables synchronized ON_READ (batch-norm moving statistics) are kept by
-    each worker for itself, as in the 3LC paper: no per-step traffic; the
-    chief's copy goes to the master with its push (the one saved and
-    evaluated), and every worker starts from the master's value."""
+    Variables synchronized ON_READ (batch-norm moving statistics):
+    - statistics="worker": kept by each worker for itself, as in the 3LC
+      paper: no per-step traffic; the chief's copy goes to the master with
+      its push (the one saved and evaluated), and every worker starts from
+      the master's value. They follow the chief's batches only.
+    - statistics="ps": left on the PS, updated there by every worker's step
+      as with TF's own SyncReplicasOptimizer (one small transfer per
+      statistic per worker step): what is saved and evaluated is TF's."""
+    if statistics not in (STATISTICS_ON_WORKERS, STATISTICS_ON_PS):
+        raise ValueError(f"tlc.replica.local_copies: statistics must be "
+                         f"{STATISTICS_ON_WORKERS!r} or {STATISTICS_ON_PS!r}, got {statistics!r}")
 
     def creator(next_creator, **kwargs):
-        statistic = _is_worker_statistic(kwargs)
+        statistic = statistics == STATISTICS_ON_WORKERS and _is_worker_statistic(kwargs)
         if not (_trainable(kwargs) or statistic):
             return next_creator(**kwargs)
         kwargs["trainable"] = False

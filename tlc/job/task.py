@@ -198,7 +198,8 @@ def _run_worker(server, cluster, spec, index, config, flags, dog):
         images = tf.compat.v1.placeholder(tf.float32, (None,) + dataset.train_x.shape[1:], "images")
         labels = tf.compat.v1.placeholder(tf.int64, (None,), "labels")
         # TF's own optimizer reads every variable from its PS each step: no local copies.
-        copies = replica.local_copies(worker) if flags.sync == "tlc" else contextlib.nullcontext()
+        copies = (replica.local_copies(worker, statistics=flags.statistics)
+                  if flags.sync == "tlc" else contextlib.nullcontext())
         with copies, tf.compat.v1.variable_scope("model", reuse=tf.compat.v1.AUTO_REUSE):
             logits = models.build(model_name, images, dataset.num_classes, training=True)
             eval_logits = models.build(model_name, images, dataset.num_classes, training=False)

@@ -1,0 +1,119 @@
+"""Where batch-norm moving statistics live (tlc.replica.local_copies'
+`statistics`, the main job's --statistics). With "ps" they are TF's: every
+worker's step updates them on the PS, and they equal what TF's own
+SyncReplicasOptimizer leaves on the same graph. With "worker" (the 3LC
+paper's) the saved ones are the chief's alone.
+
+Each round aggregates one push and the workers step one after the other,
+each on a batch of its own: two workers updating a statistic at once race
+in TF itself (each reads the PS's value, computes its update on the worker,
+and subtracts it), so only steps in a fixed order give an oracle. The
+learning rate is 0: a worker's local copy one update behind (one push per
+round) would otherwise see other batch statistics than TF's fresh read,
+which is about the copies, not the statistics."""
+import contextlib
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from local_cluster import create_local_cluster
+from tlc import Float32, SyncReplicasOptimizer, replica
+from tlc.job import models
+from tlc.session import training_session
+
+pytestmark = pytest.mark.cluster
+
+NUM_WORKERS = 2
+STEPS = 3
+STATISTICS = ("model/bn/moving_mean", "model/bn/moving_variance")
+
+
+def build(worker_id, sync, statistics):
+    """One worker's graph: dense -> batch norm -> loss, on its own batch."""
+    graph = tf.Graph()
+    worker = f"/job:worker/task:{worker_id}"
+    with graph.as_default():
+        setter = tf.compat.v1.train.replica_device_setter(ps_tasks=1, worker_device=worker)
+        copies = (replica.local_copies(worker, statistics=statistics) if sync == "tlc"
+                  else contextlib.nullcontext())
+        with tf.compat.v1.device(setter):
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+        with tf.compat.v1.device(setter), copies, tf.compat.v1.variable_scope("model"):
+            batch = np.random.default_rng(10 + worker_id).normal(size=(16, 4))
+            x = tf.constant(batch.astype(np.float32))
+            w = tf.compat.v1.get_variable(
+                "w", initializer=np.random.default_rng(3).normal(size=(4, 6)).astype(np.float32))
+            y = models.batch_norm(tf.reshape(tf.matmul(x, w), [16, 1, 1, 6]), True, "bn")
+            loss = tf.reduce_mean(tf.square(y - 0.5)) + tf.reduce_mean(tf.square(w))
+        with tf.compat.v1.device(worker):
+            inner = tf.compat.v1.train.GradientDescentOptimizer(0.0)
+            if sync == "tlc":
+                opt = SyncReplicasOptimizer(inner, 1, NUM_WORKERS, compressor=Float32())
+            else:
+                opt = tf.compat.v1.train.SyncReplicasOptimizer(inner, 1, NUM_WORKERS)
+            # As the main job does: beside the train op, not as its control
+            # dependencies (TF's chief update would then run them too).
+            train_op = tf.group(opt.minimize(loss, global_step=global_step),
+                                *tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS))
+        named = {v.op.name: v for v in tf.compat.v1.global_variables()}
+    return graph, opt, train_op, [named[n] for n in STATISTICS]
+
+
+def train(sync, statistics="worker"):
+    """The PS's moving mean and variance after STEPS steps of each worker,
+    stepping in turn."""
+    workers, _ = create_local_cluster(NUM_WORKERS, 1)
+    built = [build(i, sync, statistics) for i in range(NUM_WORKERS)]
+    sessions, errors = [None] * NUM_WORKERS, []
+
+    def start(i):  # a non-chief's session waits for the chief's
+        try:
+            graph, opt, _, _ = built[i]
+            with graph.as_default():
+                sessions[i] = training_session(workers[i].target, i == 0,
+                                               [opt.make_session_run_hook(i == 0)])
+        except Exception as e:  # pylint: disable=broad-except
+            errors.append(e)
+
+    threads = [threading.Thread(target=start, args=(i,), daemon=True) for i in range(NUM_WORKERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors and all(sessions), errors
+    try:
+        for _ in range(STEPS):
+            for session, (_, _, train_op, _) in zip(sessions, built):
+                session.run(train_op)
+        graph, _, _, variables = built[0]
+        with tf.compat.v1.Session(workers[0].target, graph=graph) as raw:
+            return raw.run(variables)
+    finally:
+        for session in sessions[::-1]:
+            session.close()
+
+
+@pytest.fixture(scope="module")
+def stock():
+    return train("tf")
+
+
+def test_statistics_on_the_ps_are_tfs(stock):
+    got = train("tlc", statistics="ps")
+    for name, want, value in zip(STATISTICS, stock, got):
+        np.testing.assert_array_equal(value, want, err_msg=name)
+
+
+def test_statistics_on_the_workers_follow_the_chief_alone(stock):
+    """The chief's copy saw its own STEPS updates, TF's every worker's."""
+    got = train("tlc", statistics="worker")
+    for name, want, value in zip(STATISTICS, stock, got):
+        assert not np.allclose(value, want, rtol=1e-3), (name, value, want)
+
+
+def test_a_wrong_placement_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"statistics must be 'worker' or 'ps', got 'PS'"):
+        with replica.local_copies("/job:worker/task:0", statistics="PS"):
+            pass
