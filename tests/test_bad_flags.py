@@ -69,6 +69,7 @@ ROWS = [
     ("--sparsity_multiplier", ["--sparsity_multiplier=nan"]),
     ("--adaptive", ["--adaptive=maybe"]),
     ("--scaling", ["--scaling=row"]),
+    ("--statistics", ["--statistics=chief"]),
     ("--block_size", ["--block_size=999"]),
     ("--compressor_args", ["--compressor_args=p"]),
     ("--compressor_args", ["--compressor=sbc", "--compressor_args=nope=1"]),  # imports TF

@@ -77,6 +77,7 @@ ALLOWED = {
     "pull_sparsity_multiplier": "a number in [1, 2), with a 3lc model pull",
     "compress_threshold": "an integer >= 0",
     "push_buckets": "an integer >= 1",
+    "statistics": "worker or ps",
     "logdir": "a writable directory",
     "log_every": "an integer >= 1",
     "trace_steps": "an integer >= 0 (0: off)",
