@@ -27,11 +27,12 @@ pytestmark = pytest.mark.cluster
 
 NUM_WORKERS = 2
 STEPS = 3
-STATISTICS = ("model/bn/moving_mean", "model/bn/moving_variance")
+BATCH_NORMS = ("bn", "bn2")
+STATISTICS = tuple(f"model/{bn}/{s}" for bn in BATCH_NORMS for s in ("moving_mean", "moving_variance"))
 
 
 def build(worker_id, sync, statistics):
-    """One worker's graph: dense -> batch norm -> loss, on its own batch."""
+    """One worker's graph: dense -> two batch norms -> loss, on its own batch."""
     graph = tf.Graph()
     worker = f"/job:worker/task:{worker_id}"
     with graph.as_default():
@@ -45,7 +46,10 @@ def build(worker_id, sync, statistics):
             x = tf.constant(batch.astype(np.float32))
             w = tf.compat.v1.get_variable(
                 "w", initializer=np.random.default_rng(3).normal(size=(4, 6)).astype(np.float32))
-            y = models.batch_norm(tf.reshape(tf.matmul(x, w), [16, 1, 1, 6]), True, "bn")
+            h = tf.reshape(tf.matmul(x, w), [16, 1, 1, 6])
+            # Side by side (each on this worker's own batch statistics).
+            y = tf.add_n([models.batch_norm(h * (1.0 + k), True, name)
+                          for k, name in enumerate(BATCH_NORMS)])
             loss = tf.reduce_mean(tf.square(y - 0.5)) + tf.reduce_mean(tf.square(w))
         with tf.compat.v1.device(worker):
             inner = tf.compat.v1.train.GradientDescentOptimizer(0.0)
@@ -61,9 +65,19 @@ def build(worker_id, sync, statistics):
     return graph, opt, train_op, [named[n] for n in STATISTICS]
 
 
-def train(sync, statistics="worker"):
+def _crossing(metadata):
+    """Tensors that crossed between a worker and a PS in one run (each one
+    _Recv in TF's partition graphs: one RecvTensor RPC)."""
+    return [node.attr["tensor_name"].s.decode() for partition in metadata.partition_graphs
+            for node in partition.node if node.op in ("_Recv", "_HostRecv")
+            and ("/job:worker" in node.attr["send_device"].s.decode())
+            != ("/job:worker" in node.attr["recv_device"].s.decode())]
+
+
+def train(sync, statistics="worker", crossing=None):
     """The PS's moving mean and variance after STEPS steps of each worker,
-    stepping in turn."""
+    stepping in turn; `crossing`, a list, gets the tensors that crossed in
+    the chief's last step."""
     workers, _ = create_local_cluster(NUM_WORKERS, 1)
     built = [build(i, sync, statistics) for i in range(NUM_WORKERS)]
     sessions, errors = [None] * NUM_WORKERS, []
@@ -84,9 +98,15 @@ def train(sync, statistics="worker"):
         t.join(300)
     assert not errors and all(sessions), errors
     try:
-        for _ in range(STEPS):
-            for session, (_, _, train_op, _) in zip(sessions, built):
-                session.run(train_op)
+        options = tf.compat.v1.RunOptions(output_partition_graphs=True)
+        metadata = tf.compat.v1.RunMetadata()
+        for step in range(STEPS):
+            for i, (session, (_, _, train_op, _)) in enumerate(zip(sessions, built)):
+                traced = i == 0 and step == STEPS - 1
+                session.run(train_op, options=options if traced else None,
+                            run_metadata=metadata if traced else None)
+        if crossing is not None:
+            crossing += _crossing(metadata)
         graph, _, _, variables = built[0]
         with tf.compat.v1.Session(workers[0].target, graph=graph) as raw:
             return raw.run(variables)
@@ -104,6 +124,18 @@ def test_statistics_on_the_ps_are_tfs(stock):
     got = train("tlc", statistics="ps")
     for name, want, value in zip(STATISTICS, stock, got):
         np.testing.assert_array_equal(value, want, err_msg=name)
+
+
+def test_statistics_on_the_ps_cost_one_transfer_per_step():
+    """Two batch norms, four statistics: TF's way is a read and an update
+    per statistic (eight transfers); with tlc's fused updates, one tensor
+    crosses for them all, and the step's wait for the updates on the PS is
+    one control edge (as in TF)."""
+    on_ps, on_workers = [], []
+    train("tlc", statistics="ps", crossing=on_ps)
+    train("tlc", statistics="worker", crossing=on_workers)
+    assert len(on_ps) <= len(on_workers) + 2, (on_ps, on_workers)
+    assert len([t for t in on_ps if "tlc_statistics" in t]) == 1, on_ps
 
 
 def test_statistics_on_the_workers_follow_the_chief_alone(stock):

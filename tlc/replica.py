@@ -12,6 +12,8 @@ import weakref
 
 import tensorflow as tf
 
+from tlc import statistic_updates
+
 MASTERS = "tlc_masters"  # graph collection of master variables
 # Graph -> its local copies, in creation order. Not a graph collection: a
 # local copy is in exactly the collections TF would put a variable in.
@@ -99,14 +101,21 @@ def local_copies(worker_device, statistics=STATISTICS_ON_WORKERS):
       its push (the one saved and evaluated), and every worker starts from
       the master's value. They follow the chief's batches only.
     - statistics="ps": left on the PS, updated there by every worker's step
-      as with TF's own SyncReplicasOptimizer (one small transfer per
-      statistic per worker step): what is saved and evaluated is TF's."""
+      as with TF's own SyncReplicasOptimizer: what is saved and evaluated
+      is TF's. Their updates made inside this scope cross in one transfer
+      per PS per worker step (tlc/statistic_updates.py), not two per
+      statistic."""
     if statistics not in (STATISTICS_ON_WORKERS, STATISTICS_ON_PS):
         raise ValueError(f"tlc.replica.local_copies: statistics must be "
                          f"{STATISTICS_ON_WORKERS!r} or {STATISTICS_ON_PS!r}, got {statistics!r}")
 
+    on_ps = []  # statistics left on the PS
+
     def creator(next_creator, **kwargs):
         statistic = statistics == STATISTICS_ON_WORKERS and _is_worker_statistic(kwargs)
+        if statistics == STATISTICS_ON_PS and _is_worker_statistic(kwargs):
+            on_ps.append(next_creator(**kwargs))
+            return on_ps[-1]
         if not (_trainable(kwargs) or statistic):
             return next_creator(**kwargs)
         kwargs["trainable"] = False
@@ -137,3 +146,5 @@ def local_copies(worker_device, statistics=STATISTICS_ON_WORKERS):
 
     with tf.compat.v1.variable_creator_scope(creator):
         yield
+    if on_ps:
+        statistic_updates.fuse(on_ps, worker_device)

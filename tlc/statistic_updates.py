@@ -1,0 +1,125 @@
+"""Updates of PS-kept statistics in one transfer per step (statistics="ps").
+
+A batch-norm update as models write it, `assign_sub(moving, (1 - decay) *
+(moving - batch_mean))`, is built on the worker: TF reads the statistic from
+the PS, computes the difference on the worker and sends it back. That is two
+transfers (two RPCs) per statistic per worker step, 76 for ResNet-20. Here
+the few ops between the statistic's read and its update move to the
+statistic's PS (same ops, so the same bits), and what they take from the
+worker (the batch statistics) crosses as one concatenated tensor per PS and
+dtype. The update still runs exactly when the user's step runs it.
+
+Uses two graph-editing methods TF keeps private (Operation._set_device,
+Operation._update_input), before any session has run the graph."""
+import collections
+
+import tensorflow as tf
+
+# An update's ops between the read and the write: a few (sub, mul, cast);
+# a larger region is not a moving-average update, and is left as TF builds it.
+MOST_OPS_PER_UPDATE = 32
+_WRITES = {"AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp"}
+
+
+def fuse(statistics, worker_device):
+    """Rewires the updates of `statistics` (resource variables left on
+    parameter servers) made so far in the default graph. Returns how many
+    tensors now cross in fused messages (0 when nothing could be fused)."""
+    crossing = collections.defaultdict(list)  # (ps device, dtype) -> [(op, input index)]
+    for variable in statistics:
+        handle = getattr(variable, "handle", None)
+        if handle is None or not variable.device:
+            continue
+        initializer = variable.initializer
+        for write in [op for op in handle.consumers() if op.type in _WRITES
+                      and op.inputs[0] is handle and op is not initializer]:
+            region = _region(handle, write.inputs[1].op)
+            if region is None:
+                continue
+            for op in region:
+                op._set_device(variable.device)  # pylint: disable=protected-access
+            for op, index in _boundary(region, write, variable.device):
+                crossing[(variable.device, op.inputs[index].dtype)].append((op, index))
+    fused = 0
+    for (device, dtype), edges in crossing.items():
+        fused += _send_together(device, worker_device, dtype, edges)
+    return fused
+
+
+def _region(handle, value):
+    """The ops computing the written value from reads of the statistic
+    (reads excluded: they sit with the variable already), or None when they
+    are not a small self-contained update: an op also used elsewhere, or in
+    a control-flow context."""
+    reads = [op for op in handle.consumers() if op.type == "ReadVariableOp"]
+    ahead, frontier = set(), list(reads)
+    while frontier:  # everything computed from the reads
+        op = frontier.pop()
+        for out in op.outputs:
+            for consumer in out.consumers():
+                if consumer not in ahead and consumer.type not in _WRITES:
+                    ahead.add(consumer)
+                    frontier.append(consumer)
+        if len(ahead) > 4 * MOST_OPS_PER_UPDATE:
+            return None
+    if value not in ahead:  # the write does not read the statistic
+        return set()
+    region, frontier = {value}, [value]
+    while frontier:  # ... of which what the written value needs
+        op = frontier.pop()
+        for tensor in op.inputs:
+            if tensor.op in ahead and tensor.op not in region:
+                region.add(tensor.op)
+                frontier.append(tensor.op)
+    region |= {t.op for op in region for t in op.inputs if _only_feeds(t.op, region)}
+    if len(region) > MOST_OPS_PER_UPDATE:
+        return None
+    for op in region:
+        if op._get_control_flow_context() is not None:  # pylint: disable=protected-access
+            return None
+        if any(c not in region and c.type not in _WRITES
+               for out in op.outputs for c in out.consumers()):
+            return None
+    return region
+
+
+def _only_feeds(op, region):
+    """A constant used by the region's ops alone moves with them."""
+    return op.type == "Const" and all(c in region for out in op.outputs for c in out.consumers())
+
+
+def _boundary(region, write, device):
+    """(op, input index) of the region's (or, when empty, the write's) inputs
+    still computed on another device: the batch statistics."""
+    takers = region or {write}
+    here = tf.DeviceSpec.from_string(device)
+    edges = []
+    for op in takers:
+        for index, tensor in enumerate(op.inputs):
+            if tensor.op in region or tensor.op.type in ("ReadVariableOp", "VarHandleOp", "Const"):
+                continue
+            if op is write and index == 0:
+                continue
+            source = tf.DeviceSpec.from_string(tensor.op.device or "")
+            if (source.job, source.task) != (here.job, here.task) and tensor.shape.is_fully_defined():
+                edges.append((op, index))
+    return edges
+
+
+def _send_together(device, worker_device, dtype, edges):
+    """One concatenated tensor from the worker to `device` in place of one
+    per edge (a tensor taken twice crosses once)."""
+    tensors = list(dict.fromkeys(op.inputs[i] for op, i in edges))
+    if len(tensors) < 2:
+        return 0
+    sizes = [t.shape.num_elements() for t in tensors]
+    graph = tensors[0].graph
+    with graph.as_default(), tf.control_dependencies(None), tf.name_scope("tlc_statistics"):
+        with tf.device(worker_device):
+            packed = tf.concat([tf.reshape(t, [-1]) for t in tensors], 0, name="sent")
+        with tf.device(device):
+            pieces = tf.split(packed, sizes, name="received")
+            received = {t.ref(): tf.reshape(p, t.shape) for t, p in zip(tensors, pieces)}
+    for op, index in edges:
+        op._update_input(index, received[op.inputs[index].ref()])  # pylint: disable=protected-access
+    return len(tensors)
