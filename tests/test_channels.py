@@ -17,7 +17,7 @@ from tlc.job import models
 pytestmark = pytest.mark.cluster
 
 
-def _build(model, worker_id, num_ps, replicas=2, **options):
+def _build(model, worker_id, num_ps, replicas=2, statistics="worker", **options):
     """One worker's graph: the model under local copies, TF's placement."""
     graph = tf.Graph()
     worker = f"/job:worker/task:{worker_id}"
@@ -29,7 +29,7 @@ def _build(model, worker_id, num_ps, replicas=2, **options):
             size = 32 if model == "resnet20" else 28
             images = tf.constant(rng.random((8, size, size, 1)), tf.float32)
             labels = tf.constant(rng.integers(0, 10, 8), tf.int64)
-            with replica.local_copies(worker):
+            with replica.local_copies(worker, statistics=statistics):
                 logits = (models.resnet(images, 20, 10, True) if model == "resnet20"
                           else models.small_cnn(images, 10, True))
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
@@ -54,11 +54,11 @@ def _crossing(metadata):
     return found
 
 
-def _run_cluster(model, num_ps, steps):
+def _run_cluster(model, num_ps, steps, statistics="worker"):
     """2 workers in lock-step; returns (crossings of worker 0's last step,
     full-precision copies per worker, local copy checks, statistics check)."""
     workers, _ = create_local_cluster(2, num_ps)
-    built = [_build(model, i, num_ps) for i in range(2)]
+    built = [_build(model, i, num_ps, statistics=statistics) for i in range(2)]
     sessions = []
     for i, (graph, opt, _) in enumerate(built):
         with graph.as_default():
@@ -91,7 +91,7 @@ def _run_cluster(model, num_ps, steps):
     checks = [opt.local_copy_check(r) for (_, opt, _), r in zip(built, raw)]
     syncs = [opt.full_syncs for _, opt, _ in built]
     statistics = None
-    if model == "resnet20":  # the chief's batch-norm statistics are the masters'
+    if model == "resnet20" and statistics == "worker":  # the chief's are the masters'
         with built[0][0].as_default():
             local = [v for v in replica.local_copies_of_graph() if replica.is_statistic(v)]
             statistics = raw[0].run([(v, replica.master_of(v)) for v in local])
@@ -150,6 +150,21 @@ def test_few_tensors_cross_per_step_and_workers_replay(model, buckets, others):
         # its pushes: they moved from their initial zeros and ones.
         moved = [np.any((master != 0) & (master != 1)) for _, master in statistics]
         assert all(moved), sum(moved)
+
+
+def test_resnet20_statistics_on_the_ps_add_two_transfers():
+    """With the statistics on the PS (the default), ResNet-20's 38 moving
+    averages are updated there from one tensor of batch statistics, plus
+    the step's control edge to the PS (TF's way: 76 transfers)."""
+    on_ps, _, checks, _, pushed = _run_cluster("resnet20", 1, 3, statistics="ps")
+    on_workers = _run_cluster("resnet20", 1, 3, statistics="worker")[0]
+    assert len(on_ps) <= len(on_workers) + 2, (on_ps, on_workers)
+    assert len([c for c in on_ps if "tlc_statistics" in c[0]]) == 1, on_ps
+    # Back from the PS: the reply, and the control edge of the updates (the
+    # model's UPDATE_OPS are control dependencies of minimize here).
+    assert _by_ps(on_ps, "reply") == {"/job:ps/task:0": 2}, on_ps
+    for check in checks:
+        assert check["equal"] is True, check
 
 
 def test_two_servers_few_messages_each_way_each():
@@ -278,7 +293,7 @@ def test_a_server_holding_only_statistics_gets_its_channel():
     with no round gate to order."""
     graph = tf.Graph()
     with graph.as_default():
-        with replica.local_copies("/job:worker/task:0"):
+        with replica.local_copies("/job:worker/task:0", statistics="worker"):
             with tf.compat.v1.device("/job:ps/task:0"):
                 gs = tf.compat.v1.train.get_or_create_global_step()
                 w = tf.Variable(tf.zeros([10]), name="w")

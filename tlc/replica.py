@@ -92,19 +92,20 @@ def _forward_save_slice_info(local, master):
 
 
 @contextlib.contextmanager
-def local_copies(worker_device, statistics=STATISTICS_ON_WORKERS):
+def local_copies(worker_device, statistics=STATISTICS_ON_PS):
     """Creates trainable variables as PS masters with worker-local copies.
 
     Variables synchronized ON_READ (batch-norm moving statistics):
+    - statistics="ps" (the default): left on the PS, updated there by every
+      worker's step as with TF's own SyncReplicasOptimizer: what is saved
+      and evaluated is TF's. Their updates made inside this scope cross in
+      one transfer per PS per worker step (tlc/statistic_updates.py), not
+      two per statistic.
     - statistics="worker": kept by each worker for itself, as in the 3LC
-      paper: no per-step traffic; the chief's copy goes to the master with
-      its push (the one saved and evaluated), and every worker starts from
-      the master's value. They follow the chief's batches only.
-    - statistics="ps": left on the PS, updated there by every worker's step
-      as with TF's own SyncReplicasOptimizer: what is saved and evaluated
-      is TF's. Their updates made inside this scope cross in one transfer
-      per PS per worker step (tlc/statistic_updates.py), not two per
-      statistic."""
+      paper: the chief's copy goes to the master with its push (the one
+      saved and evaluated), and every worker starts from the master's
+      value. They follow the chief's batches only (ResNet-20: 1.2 points
+      of test accuracy below TF's, docs/RESULTS.md)."""
     if statistics not in (STATISTICS_ON_WORKERS, STATISTICS_ON_PS):
         raise ValueError(f"tlc.replica.local_copies: statistics must be "
                          f"{STATISTICS_ON_WORKERS!r} or {STATISTICS_ON_PS!r}, got {statistics!r}")

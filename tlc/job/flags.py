@@ -56,11 +56,12 @@ flags.DEFINE_string("pull_compressor", None, "Compressor for model pulls (defaul
 flags.DEFINE_float("pull_sparsity_multiplier", None, "3LC sparsity multiplier of the model pull "
                    "in [1, 2) (default: --sparsity_multiplier). Needs a 3lc pull compressor.")
 flags.DEFINE_integer("compress_threshold", 1024, "Tensors with fewer elements go uncompressed.")
-flags.DEFINE_enum("statistics", "worker", ["worker", "ps"], "Batch-norm moving statistics "
-                  "with --sync=tlc. worker: each worker keeps its own, the chief's are saved "
-                  "and evaluated (the 3LC paper's; no traffic per step). ps: on the PS, "
-                  "updated by every worker's step as TF's SyncReplicasOptimizer does (one small "
-                  "transfer per statistic per worker step; TF's evaluated model).")
+flags.DEFINE_enum("statistics", "ps", ["worker", "ps"], "Batch-norm moving statistics "
+                  "with --sync=tlc. ps: on the PS, updated by every worker's step as TF's "
+                  "SyncReplicasOptimizer does (TF's evaluated model; the batch statistics cross "
+                  "as one tensor per PS per worker step). worker: each worker keeps its own, "
+                  "the chief's are saved and evaluated (the 3LC paper's; they follow the "
+                  "chief's batches alone).")
 flags.DEFINE_integer("push_buckets", 3, "Push messages per PS at most, last layers first, each "
                      "sent once its gradients are in (1: one message after backprop, no overlap).")
 # Output.
