@@ -31,12 +31,12 @@ BATCH_NORMS = ("bn", "bn2")
 STATISTICS = tuple(f"model/{bn}/{s}" for bn in BATCH_NORMS for s in ("moving_mean", "moving_variance"))
 
 
-def build(worker_id, sync, statistics):
+def build(worker_id, sync, statistics, num_ps=1):
     """One worker's graph: dense -> two batch norms -> loss, on its own batch."""
     graph = tf.Graph()
     worker = f"/job:worker/task:{worker_id}"
     with graph.as_default():
-        setter = tf.compat.v1.train.replica_device_setter(ps_tasks=1, worker_device=worker)
+        setter = tf.compat.v1.train.replica_device_setter(ps_tasks=num_ps, worker_device=worker)
         copies = (replica.local_copies(worker, statistics=statistics) if sync == "tlc"
                   else contextlib.nullcontext())
         with tf.compat.v1.device(setter):
@@ -74,12 +74,12 @@ def _crossing(metadata):
             != ("/job:worker" in node.attr["recv_device"].s.decode())]
 
 
-def train(sync, statistics="worker", crossing=None):
+def train(sync, statistics="worker", crossing=None, num_ps=1):
     """The PS's moving mean and variance after STEPS steps of each worker,
     stepping in turn; `crossing`, a list, gets the tensors that crossed in
     the chief's last step."""
-    workers, _ = create_local_cluster(NUM_WORKERS, 1)
-    built = [build(i, sync, statistics) for i in range(NUM_WORKERS)]
+    workers, _ = create_local_cluster(NUM_WORKERS, num_ps)
+    built = [build(i, sync, statistics, num_ps) for i in range(NUM_WORKERS)]
     sessions, errors = [None] * NUM_WORKERS, []
 
     def start(i):  # a non-chief's session waits for the chief's
@@ -136,6 +136,17 @@ def test_statistics_on_the_ps_cost_one_transfer_per_step():
     train("tlc", statistics="worker", crossing=on_workers)
     assert len(on_ps) <= len(on_workers) + 2, (on_ps, on_workers)
     assert len([t for t in on_ps if "tlc_statistics" in t]) == 1, on_ps
+
+
+def test_statistics_on_two_servers_are_tfs_and_cross_once_to_each():
+    """Round-robin placement puts the statistics on both PS: one fused
+    tensor goes to each, and both hold TF's values."""
+    crossing = []
+    got = train("tlc", statistics="ps", crossing=crossing, num_ps=2)
+    for name, want, value in zip(STATISTICS, train("tf", num_ps=2), got):
+        np.testing.assert_array_equal(value, want, err_msg=name)
+    fused = [t for t in crossing if "tlc_statistics" in t]
+    assert len(fused) == 2, crossing
 
 
 def test_statistics_on_the_workers_follow_the_chief_alone(stock):
