@@ -51,6 +51,14 @@ def build(worker_id, sync, statistics, num_ps=1):
             y = tf.add_n([models.batch_norm(h * (1.0 + k), True, name)
                           for k, name in enumerate(BATCH_NORMS)])
             loss = tf.reduce_mean(tf.square(y - 0.5)) + tf.reduce_mean(tf.square(w))
+            # An evaluation branch, as the main job builds one: it reads the
+            # statistics too, and a whole network follows (not run here; the
+            # updates are fused all the same).
+            with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True):
+                for k, name in enumerate(BATCH_NORMS):
+                    evaluated = models.batch_norm(h * (1.0 + k), False, name)
+                    for _ in range(200):
+                        evaluated = tf.nn.relu(evaluated)
         with tf.compat.v1.device(worker):
             inner = tf.compat.v1.train.GradientDescentOptimizer(0.0)
             if sync == "tlc":

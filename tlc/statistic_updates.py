@@ -18,6 +18,7 @@ import tensorflow as tf
 # An update's ops between the read and the write: a few (sub, mul, cast);
 # a larger region is not a moving-average update, and is left as TF builds it.
 MOST_OPS_PER_UPDATE = 32
+_DEPTH = 8  # ops from a read to its write, at most
 _WRITES = {"AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp"}
 
 
@@ -52,16 +53,13 @@ def _region(handle, value):
     are not a small self-contained update: an op also used elsewhere, or in
     a control-flow context."""
     reads = [op for op in handle.consumers() if op.type == "ReadVariableOp"]
+    # Everything computed from the reads within a few ops (the statistic's
+    # other readers, an evaluation's forward pass for one, go on for long).
     ahead, frontier = set(), list(reads)
-    while frontier:  # everything computed from the reads
-        op = frontier.pop()
-        for out in op.outputs:
-            for consumer in out.consumers():
-                if consumer not in ahead and consumer.type not in _WRITES:
-                    ahead.add(consumer)
-                    frontier.append(consumer)
-        if len(ahead) > 4 * MOST_OPS_PER_UPDATE:
-            return None
+    for _ in range(_DEPTH):
+        frontier = [c for op in frontier for out in op.outputs for c in out.consumers()
+                    if c not in ahead and c.type not in _WRITES]
+        ahead.update(frontier)
     if value not in ahead:  # the write does not read the statistic
         return set()
     region, frontier = {value}, [value]
