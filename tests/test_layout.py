@@ -23,7 +23,7 @@ LAYERS = {
     "tlc.message": 0, "tlc.grpc_options": 0,
     "tlc.compressors": 1,
     "tlc.controller": 2, "tlc.replica": 2, "tlc.session": 2, "tlc.placement": 2,
-    "tlc.watchdog": 2,
+    "tlc.watchdog": 2, "tlc.statistic_updates": 2,
     "tlc.optimizer": 3, "tlc.traffic": 3,
     "tlc.job": 4, "tlc.train": 5,
 }
