@@ -23,3 +23,18 @@ def create_local_cluster(num_workers, num_ps):
     ps = [tf.distribute.Server(cluster, job_name="ps", task_index=i, start=True)
           for i in range(num_ps)]
     return workers, ps
+
+
+def crossing(metadata):
+    """(tensor name, send device, recv device) of every tensor that crossed
+    between a worker and a PS in one run: each is one _Recv in TF's
+    partition graphs (RunOptions(output_partition_graphs=True)), one
+    RecvTensor RPC."""
+    found = []
+    for partition in metadata.partition_graphs:
+        for node in partition.node:
+            if node.op in ("_Recv", "_HostRecv"):
+                ends = [node.attr[k].s.decode() for k in ("send_device", "recv_device")]
+                if ("/job:worker" in ends[0]) != ("/job:worker" in ends[1]):
+                    found.append((node.attr["tensor_name"].s.decode(), *ends))
+    return found

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from local_cluster import create_local_cluster
+from local_cluster import create_local_cluster, crossing as crossed
 from tlc import SyncReplicasOptimizer, ThreeLC, replica
 from tlc.job import models
 
@@ -40,18 +40,6 @@ def _build(model, worker_id, num_ps, replicas=2, statistics="worker", **options)
                     tf.compat.v1.GraphKeys.UPDATE_OPS)):
                 train_op = opt.minimize(loss, global_step=gs)
     return graph, opt, train_op
-
-
-def _crossing(metadata):
-    """Tensors that crossed between a worker and a PS in one run."""
-    found = []
-    for partition in metadata.partition_graphs:
-        for node in partition.node:
-            if node.op in ("_Recv", "_HostRecv"):
-                ends = [node.attr[k].s.decode() for k in ("send_device", "recv_device")]
-                if ("/job:worker" in ends[0]) != ("/job:worker" in ends[1]):
-                    found.append((node.attr["tensor_name"].s.decode(), *ends))
-    return found
 
 
 def _run_cluster(model, num_ps, steps, statistics="worker"):
@@ -97,7 +85,7 @@ def _run_cluster(model, num_ps, steps, statistics="worker"):
             statistics = raw[0].run([(v, replica.master_of(v)) for v in local])
     for s in sessions:
         s.close()
-    return _crossing(metadata), syncs, checks, statistics, _push_buckets(built[0][1])
+    return crossed(metadata), syncs, checks, statistics, _push_buckets(built[0][1])
 
 
 def _push_buckets(opt):

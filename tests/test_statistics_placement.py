@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from local_cluster import create_local_cluster
+from local_cluster import create_local_cluster, crossing as crossed
 from tlc import Float32, SyncReplicasOptimizer, replica
 from tlc.job import models
 from tlc.session import training_session
@@ -73,15 +73,6 @@ def build(worker_id, sync, statistics, num_ps=1):
     return graph, opt, train_op, [named[n] for n in STATISTICS]
 
 
-def _crossing(metadata):
-    """Tensors that crossed between a worker and a PS in one run (each one
-    _Recv in TF's partition graphs: one RecvTensor RPC)."""
-    return [node.attr["tensor_name"].s.decode() for partition in metadata.partition_graphs
-            for node in partition.node if node.op in ("_Recv", "_HostRecv")
-            and ("/job:worker" in node.attr["send_device"].s.decode())
-            != ("/job:worker" in node.attr["recv_device"].s.decode())]
-
-
 def train(sync, statistics="worker", crossing=None, num_ps=1):
     """The PS's moving mean and variance after STEPS steps of each worker,
     stepping in turn; `crossing`, a list, gets the tensors that crossed in
@@ -114,7 +105,7 @@ def train(sync, statistics="worker", crossing=None, num_ps=1):
                 session.run(train_op, options=options if traced else None,
                             run_metadata=metadata if traced else None)
         if crossing is not None:
-            crossing += _crossing(metadata)
+            crossing += [name for name, _, _ in crossed(metadata)]
         graph, _, _, variables = built[0]
         with tf.compat.v1.Session(workers[0].target, graph=graph) as raw:
             return raw.run(variables)
