@@ -11,14 +11,17 @@ import pytest
 import tensorflow as tf
 
 from local_cluster import create_local_cluster, crossing as crossed
-from tlc import SyncReplicasOptimizer, ThreeLC, replica
+from tlc import SyncReplicasOptimizer, ThreeLC, replica, statistic_updates
 from tlc.job import models
 
 pytestmark = pytest.mark.cluster
 
 
-def _build(model, worker_id, num_ps, replicas=2, statistics="worker", **options):
-    """One worker's graph: the model under local copies, TF's placement."""
+def _build(model, worker_id, num_ps, replicas=2, statistics="worker", updates="around",
+           **options):
+    """One worker's graph: the model under local copies, TF's placement. The
+    model's UPDATE_OPS are control dependencies of minimize() ("around", the
+    TF 1 idiom) or grouped with its op after it ("grouped", the main job's way)."""
     graph = tf.Graph()
     worker = f"/job:worker/task:{worker_id}"
     with graph.as_default():
@@ -36,17 +39,20 @@ def _build(model, worker_id, num_ps, replicas=2, statistics="worker", **options)
                 labels=labels, logits=logits))
             opt = SyncReplicasOptimizer(tf.compat.v1.train.MomentumOptimizer(0.01, 0.9), replicas, replicas,
                                         compressor=ThreeLC(1.0), **options)
-            with tf.control_dependencies(tf.compat.v1.get_collection(
-                    tf.compat.v1.GraphKeys.UPDATE_OPS)):
-                train_op = opt.minimize(loss, global_step=gs)
+            update_ops = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
+            if updates == "around":
+                with tf.control_dependencies(update_ops):
+                    train_op = opt.minimize(loss, global_step=gs)
+            else:
+                train_op = tf.group(opt.minimize(loss, global_step=gs), *update_ops)
     return graph, opt, train_op
 
 
-def _run_cluster(model, num_ps, steps, statistics="worker"):
+def _run_cluster(model, num_ps, steps, statistics="worker", updates="around"):
     """2 workers in lock-step; returns (crossings of worker 0's last step,
     full-precision copies per worker, local copy checks, statistics check)."""
     workers, _ = create_local_cluster(2, num_ps)
-    built = [_build(model, i, num_ps, statistics=statistics) for i in range(2)]
+    built = [_build(model, i, num_ps, statistics=statistics, updates=updates) for i in range(2)]
     sessions = []
     for i, (graph, opt, _) in enumerate(built):
         with graph.as_default():
@@ -140,19 +146,44 @@ def test_few_tensors_cross_per_step_and_workers_replay(model, buckets, others):
         assert all(moved), sum(moved)
 
 
-def test_resnet20_statistics_on_the_ps_add_two_transfers():
+@pytest.mark.parametrize("updates", ["around", "grouped"])
+def test_resnet20_statistics_on_the_ps_add_one_transfer(updates):
     """With the statistics on the PS (the default), ResNet-20's 38 moving
-    averages are updated there from one tensor of batch statistics, plus
-    the step's control edge to the PS (TF's way: 76 transfers)."""
-    on_ps, _, checks, _, pushed = _run_cluster("resnet20", 1, 3, statistics="ps")
-    on_workers = _run_cluster("resnet20", 1, 3, statistics="worker")[0]
-    assert len(on_ps) <= len(on_workers) + 2, (on_ps, on_workers)
+    averages are updated there from one tensor of batch statistics (TF's
+    way: 76 transfers). The step's ops that waited for the updates (minimize
+    inside control_dependencies(UPDATE_OPS), or a group with them after it)
+    now let the reply wait instead: no control edge comes back from the PS,
+    and backprop does not wait for a round trip (it did: 2 replies)."""
+    on_ps, _, checks, _, pushed = _run_cluster("resnet20", 1, 3, statistics="ps",
+                                               updates=updates)
+    on_workers = _run_cluster("resnet20", 1, 3, statistics="worker", updates=updates)[0]
+    assert len(on_ps) <= len(on_workers) + 1, (on_ps, on_workers)
     assert len([c for c in on_ps if "tlc_statistics" in c[0]]) == 1, on_ps
-    # Back from the PS: the reply, and the control edge of the updates (the
-    # model's UPDATE_OPS are control dependencies of minimize here).
-    assert _by_ps(on_ps, "reply") == {"/job:ps/task:0": 2}, on_ps
+    assert _by_ps(on_ps, "reply") == {"/job:ps/task:0": 1}, on_ps
     for check in checks:
         assert check["equal"] is True, check
+
+
+def test_a_read_of_a_statistic_after_its_update_still_waits():
+    """Only waits that cannot observe the update move: a read of the
+    statistic made after its update keeps that order."""
+    graph, opt, _ = _build("resnet20", 0, 1, statistics="ps", updates="around")
+    writes = graph.get_collection(statistic_updates.WRITES)
+    assert len(writes) == 38
+    with graph.as_default():
+        handle = writes[0].inputs[0]
+        with tf.control_dependencies([writes[0]]):
+            after = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.float32)
+        other = tf.constant(1.0).op
+        other._add_control_inputs([writes[0]])  # pylint: disable=protected-access
+    opt._built.statistics_wait_in_replies()  # pylint: disable=protected-access
+    assert writes[0] in after.op.control_inputs
+    assert writes[0] not in other.control_inputs
+    reply = opt._built.step.replies[0].op  # pylint: disable=protected-access
+    waiting = [op for op in graph.get_operations() if writes[0] in op.control_inputs]
+    assert reply in waiting and after.op in waiting
+    # Besides the reply, only reads of the statistic (the model's own too).
+    assert all(op is reply or handle in list(op.inputs) for op in waiting), waiting
 
 
 def test_two_servers_few_messages_each_way_each():

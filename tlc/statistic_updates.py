@@ -9,8 +9,15 @@ statistic's PS (same ops, so the same bits), and what they take from the
 worker (the batch statistics) crosses as one concatenated tensor per PS and
 dtype. The update still runs exactly when the user's step runs it.
 
-Uses two graph-editing methods TF keeps private (Operation._set_device,
-Operation._update_input), before any session has run the graph."""
+A step's ops that the user made wait for the updates (`with
+tf.control_dependencies(UPDATE_OPS): minimize(...)`) would each wait for a
+round trip to the PS: the batch statistics out, the update, a control edge
+back, before backprop starts. wait_in_replies moves that wait to the step's
+reply on the same PS: the updates still end before the step does.
+
+Uses graph-editing methods TF keeps private (Operation._set_device,
+_update_input, _remove_all_control_inputs, _add_control_inputs), before any
+session has run the graph."""
 import collections
 
 import tensorflow as tf
@@ -20,6 +27,8 @@ import tensorflow as tf
 MOST_OPS_PER_UPDATE = 32
 _DEPTH = 8  # ops from a read to its write, at most
 _WRITES = {"AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp"}
+# Graph collection of the writes whose update now runs on the statistic's PS.
+WRITES = "tlc_statistic_writes"
 
 
 def fuse(statistics, worker_device):
@@ -37,6 +46,7 @@ def fuse(statistics, worker_device):
             region = _region(handle, write.inputs[1].op)
             if region is None:
                 continue
+            write.graph.add_to_collection(WRITES, write)
             for op in region:
                 op._set_device(variable.device)  # pylint: disable=protected-access
             for op, index in _boundary(region, write, variable.device):
@@ -121,3 +131,27 @@ def _send_together(device, worker_device, dtype, edges):
     for op, index in edges:
         op._update_input(index, received[op.inputs[index].ref()])  # pylint: disable=protected-access
     return len(tensors)
+
+
+def wait_in_replies(graph, replies):
+    """Ops with a control input on a recorded write lose it, and the reply
+    on the write's PS gets it. replies: {(job, task): the reply op on that
+    task}. A write on a task without a reply is left as it is, and so are
+    the ops that use a written statistic: they may read it after the update
+    (and run on its PS: their wait crosses nothing)."""
+    moved = {}
+    for write in graph.get_collection(WRITES):
+        where = tf.DeviceSpec.from_string(write.inputs[0].op.device or "")
+        if (where.job, where.task) in replies:
+            moved[write] = replies[(where.job, where.task)]
+    if not moved:
+        return
+    written = {write.inputs[0].ref() for write in moved}
+    for op in graph.get_operations():
+        kept = [c for c in op.control_inputs if c not in moved]
+        if (len(kept) < len(op.control_inputs) and op not in moved.values()
+                and not any(t.ref() in written for t in op.inputs)):
+            op._remove_all_control_inputs()  # pylint: disable=protected-access
+            op._add_control_inputs(kept)  # pylint: disable=protected-access
+    for write, reply in moved.items():
+        reply._add_control_inputs([write])  # pylint: disable=protected-access

@@ -72,6 +72,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._ops, self._full_sync, self._recovery = (built.session_ops, built.full_sync,
                                                       built.recovery)
         self._shared = built.shared
+        built.statistics_wait_in_replies()  # the graph is complete now
         self._init_tokens = self._make_init_tokens() if self._is_chief else None
         self._residuals = self._ops.residuals
         # Before the Scaffold picks the graph's saver: tlc's saves its state.

@@ -2,7 +2,7 @@
 (see tlc/optimizer/__init__.py for the data flow)."""
 import tensorflow as tf
 
-from tlc import replica
+from tlc import replica, statistic_updates
 from tlc.compressors import Compressor, Float32, ThreeLC, create
 from tlc.optimizer import layout, records, startup, timing, worker_step
 from tlc.optimizer.full_sync import FullSync
@@ -14,6 +14,11 @@ from tlc.optimizer.state import Config, Shared
 DEFAULT_COMPRESS_THRESHOLD = 1024  # elements; batch-norm-sized tensors stay float32
 DEFAULT_PULL_LOG_SIZE = 4          # model deltas a PS keeps for workers catching up
 DEFAULT_PUSH_BUCKETS = 3           # push messages per PS at most (channel.push_buckets)
+
+
+def _task(device):
+    spec = tf.DeviceSpec.from_string(device)
+    return spec.job, spec.task
 
 
 def _as_compressor(value, what):
@@ -111,6 +116,9 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
                           if v.ref() not in locals_before]
             self._built = _Built(shared, entries, channels, step, made_local, train_op,
                                  resync_slot)
+        # Now for the ops made around minimize(); the hook does it again when
+        # the session starts, for what the job made after (a tf.group, say).
+        self._built.statistics_wait_in_replies()
         return train_op
 
     def _masters_to_average(self):
@@ -298,6 +306,12 @@ class _Built:
         self.full_sync = FullSync(shared, entries)
         self.recovery = Recovery(shared, entries)
         self.session_ops = SessionOps(shared, entries, step, train_op, made_local)
+
+    def statistics_wait_in_replies(self):
+        """Ops waiting for a PS-kept statistic's update wait no more: the
+        step's reply on that PS does (tlc/statistic_updates.py)."""
+        replies = {_task(c.device): r.op for c, r in zip(self.channels, self.step.replies)}
+        statistic_updates.wait_in_replies(self.shared.global_step.graph, replies)
 
     def for_recipe_without_hook(self):
         """The session ops, once the train op also resyncs a worker that fell

@@ -20,6 +20,7 @@ class Step:
     local_version: Any
     traffic: Dict[str, Any]
     pushes: List[records.ChannelPush]   # per channel
+    replies: List[Any]                  # per channel: the reply, on its PS
     update: records.Update
 
 
@@ -80,7 +81,7 @@ def build(shared, channels, grads, variable_averages, variables_to_average):
     return Step(train_op=train_op, chief_queue_runner=update.runner,
                 needs_full_sync=needs_full_sync, version_after_step=version_after_step,
                 local_version=local_version, traffic={"pushed": push_bytes, "pulled": pulled},
-                pushes=pushes, update=update)
+                pushes=pushes, replies=replies, update=update)
 
 
 def take_token(shared, push_ops):
