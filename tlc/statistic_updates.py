@@ -139,6 +139,8 @@ def wait_in_replies(graph, replies):
     task}. A write on a task without a reply is left as it is, and so are
     the ops that use a written statistic: they may read it after the update
     (and run on its PS: their wait crosses nothing)."""
+    if graph.finalized:  # a session already runs it: leave it as it is
+        return
     moved = {}
     for write in graph.get_collection(WRITES):
         where = tf.DeviceSpec.from_string(write.inputs[0].op.device or "")
@@ -154,4 +156,5 @@ def wait_in_replies(graph, replies):
             op._remove_all_control_inputs()  # pylint: disable=protected-access
             op._add_control_inputs(kept)  # pylint: disable=protected-access
     for write, reply in moved.items():
-        reply._add_control_inputs([write])  # pylint: disable=protected-access
+        if write not in reply.control_inputs:
+            reply._add_control_inputs([write])  # pylint: disable=protected-access
