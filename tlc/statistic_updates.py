@@ -100,7 +100,7 @@ def _boundary(region, write, device):
     """(op, input index) of the region's (or, when empty, the write's) inputs
     still computed on another device: the batch statistics."""
     takers = region or {write}
-    here = tf.DeviceSpec.from_string(device)
+    here = _task(device)
     edges = []
     for op in takers:
         for index, tensor in enumerate(op.inputs):
@@ -108,8 +108,7 @@ def _boundary(region, write, device):
                 continue
             if op is write and index == 0:
                 continue
-            source = tf.DeviceSpec.from_string(tensor.op.device or "")
-            if (source.job, source.task) != (here.job, here.task) and tensor.shape.is_fully_defined():
+            if _task(tensor.op.device) != here and tensor.shape.is_fully_defined():
                 edges.append((op, index))
     return edges
 
@@ -135,17 +134,18 @@ def _send_together(device, worker_device, dtype, edges):
 
 def wait_in_replies(graph, replies):
     """Ops with a control input on a recorded write lose it, and the reply
-    on the write's PS gets it. replies: {(job, task): the reply op on that
-    task}. A write on a task without a reply is left as it is, and so are
+    on the write's PS gets it. replies: {a device of the task: the reply op
+    on that task}. A write on a task without a reply is left as it is, and so are
     the ops that use a written statistic: they may read it after the update
     (and run on its PS: their wait crosses nothing)."""
     if graph.finalized:  # a session already runs it: leave it as it is
         return
+    by_task = {_task(device): reply for device, reply in replies.items()}
     moved = {}
     for write in graph.get_collection(WRITES):
-        where = tf.DeviceSpec.from_string(write.inputs[0].op.device or "")
-        if (where.job, where.task) in replies:
-            moved[write] = replies[(where.job, where.task)]
+        reply = by_task.get(_task(write.inputs[0].op.device))
+        if reply is not None:
+            moved[write] = reply
     if not moved:
         return
     written = {write.inputs[0].ref() for write in moved}
@@ -158,3 +158,9 @@ def wait_in_replies(graph, replies):
     for write, reply in moved.items():
         if write not in reply.control_inputs:
             reply._add_control_inputs([write])  # pylint: disable=protected-access
+
+
+def _task(device):
+    """(job, task) of a device name (None, None for an empty one)."""
+    spec = tf.DeviceSpec.from_string(device or "")
+    return spec.job, spec.task

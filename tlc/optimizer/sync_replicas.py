@@ -16,11 +16,6 @@ DEFAULT_PULL_LOG_SIZE = 4          # model deltas a PS keeps for workers catchin
 DEFAULT_PUSH_BUCKETS = 3           # push messages per PS at most (channel.push_buckets)
 
 
-def _task(device):
-    spec = tf.DeviceSpec.from_string(device)
-    return spec.job, spec.task
-
-
 def _as_compressor(value, what):
     if value is None:
         return None
@@ -310,7 +305,7 @@ class _Built:
     def statistics_wait_in_replies(self):
         """Ops waiting for a PS-kept statistic's update wait no more: the
         step's reply on that PS does (tlc/statistic_updates.py)."""
-        replies = {_task(c.device): r.op for c, r in zip(self.channels, self.step.replies)}
+        replies = {c.device: r.op for c, r in zip(self.channels, self.step.replies)}
         statistic_updates.wait_in_replies(self.shared.global_step.graph, replies)
 
     def for_recipe_without_hook(self):
