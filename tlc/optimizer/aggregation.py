@@ -16,7 +16,6 @@ def build_update(shared, channels, pushes, variable_averages, variables_to_avera
         for grad, _ in aggregated:
             with tf.control_dependencies([sparse.values_of(grad)]):
                 taken.append(server.takes_in_update.assign_add(1, read_value=False))
-        started = timing.stamp(gs.device, [sparse.values_of(g) for g, _ in aggregated])
         with tf.control_dependencies(taken):
             update_op = config.opt.apply_gradients(aggregated)
         with tf.control_dependencies([update_op]):
@@ -25,7 +24,8 @@ def build_update(shared, channels, pushes, variable_averages, variables_to_avera
             for c, p in zip(channels, pushes)]
     pull_ops = [update_op] + [log.op for log in logs if log is not None]
     with tf.device(gs.device), tf.name_scope(""):
-        stamps = [started, timing.stamp(gs.device, [update_op]), timing.stamp(gs.device, pull_ops)]
+        stamps = timing.stamps(gs.device, [[sparse.values_of(g) for g, _ in aggregated],
+                                           [update_op], pull_ops])
         timed = server.update_seconds.assign_add(tf.stack(timing.spans(stamps)), read_value=False)
         with tf.control_dependencies(pull_ops + [timed]):
             advanced = gs.assign_add(1)

@@ -28,7 +28,8 @@ def encode(shared, entry, grad):
         with tf.name_scope(f"tlc_encode_push/{entry.name}"):
             flat = tf.cast(tf.reshape(grad, [-1]), config.compressor.wire_dtype(entry.dtype))
             payload = list(config.compressor.compress(flat, memory))
-        seconds = timing.stamp(shared.worker_host, payload) - timing.stamp(shared.worker_host, [flat])
+        begun, done = timing.stamps(shared.worker_host, [[flat], payload])
+        seconds = done - begun
         return Encoded(payload, payload_bytes(payload), seconds,
                        residuals.memory_variables(memory))
     with tf.name_scope(f"tlc_encode_push/{entry.name}"):  # the error names the variable

@@ -29,6 +29,17 @@ def stamp(device, after=()):
         return tf.timestamp()
 
 
+def stamps(device, phases):
+    """A timestamp on `device` per phase (a list of ops), in order: each once
+    its phase's ops have run and after the stamp before it. (Without the
+    order, a stamp with fewer inputs could run after one with more on a busy
+    machine, and a span came out negative.)"""
+    made = []
+    for after in phases:
+        made.append(stamp(device, list(after) + made[-1:]))
+    return made
+
+
 def spans(stamps):
     """[t1 - t0, t2 - t1, ...] of a list of timestamps."""
     return [later - earlier for earlier, later in zip(stamps[:-1], stamps[1:])]

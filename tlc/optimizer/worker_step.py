@@ -26,7 +26,6 @@ class Step:
 
 def build(shared, channels, grads, variable_averages, variables_to_average):
     gs, worker, host = shared.global_step, shared.worker, shared.worker_host
-    started = timing.stamp(host)
     local_version = worker.local_version.read_value()
     pushes = [channel.build_push(shared, grads) for channel in channels]
     push_ops = [op for pushed in pushes for op in pushed.ops]
@@ -35,8 +34,8 @@ def build(shared, channels, grads, variable_averages, variables_to_average):
     for channel, pushed in zip(channels, pushes):
         with tf.device(channel.device):
             # From the last bucket's arrival: the time the PS adds after it.
-            arrived = timing.stamp(channel.device, pushed.heads)
-            ps_timing.append(timing.stamp(channel.device, pushed.ops) - arrived)
+            arrived, done = timing.stamps(channel.device, [pushed.heads, pushed.ops])
+            ps_timing.append(done - arrived)
     update = aggregation.build_update(shared, channels, pushes, variable_averages,
                                       variables_to_average)
     with tf.device(gs.device), tf.name_scope(""), tf.control_dependencies(None):
@@ -57,8 +56,8 @@ def build(shared, channels, grads, variable_averages, variables_to_average):
             replayed += replay.replay(shared, channel, logged, rows, steps)
             pulled += tf.reduce_sum(tf.cast(tf.strings.length(rows), tf.int64))
         push_bytes = tf.add_n([pushed.nbytes for pushed in pushes])
-        worker_stamps = [started, timing.stamp(host, [sparse.values_of(g) for g in grads.values()]),
-                         timing.stamp(host, [token]), timing.stamp(host, replayed)]
+        worker_stamps = timing.stamps(host, [[], [sparse.values_of(g) for g in grads.values()],
+                                             [token], replayed])
         compress = tf.add_n([tf.constant(0.0, tf.float64)] + compress_seconds)
         ps_seconds = tf.add_n([s for _, s, _ in read])
         phases = tf.stack(timing.spans(worker_stamps) + [compress, ps_seconds])
