@@ -12,7 +12,8 @@
 // --dump_input writes the benchmark's real-gradient input). reps = 0 runs one
 // compress and one decompress untimed (for callgrind). With out_prefix the
 // stream is written to out_prefix.code / .scales and the decompressed values
-// to out_prefix.out, to compare builds byte for byte.
+// to out_prefix.out, to compare builds byte for byte. "DecodeGolombToBits
+// alone" times the serial Golomb decode of a decompress by itself (cold).
 #include <algorithm>
 #include <ctime>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include <sys/resource.h>
 
 #include "bitmask_simd.h"
+#include "golomb.h"
 #include "threelc.h"
 
 namespace {
@@ -153,7 +155,7 @@ int main(int argc, char** argv) {
     }
     // Phases: the block quantizer alone (max + quantize into the masks) and
     // the maximum alone, on the same cold input.
-    std::vector<double> t_q, t_max, t_zre, t_lower, t_gol, t_roof;
+    std::vector<double> t_q, t_max, t_zre, t_lower, t_gol, t_roof, t_gdec;
     for (int i = 0; i <= reps; ++i) {
       std::memcpy(wx.data(), x.data(), 4 * n);
       std::memcpy(we.data(), e.data(), 4 * n);
@@ -187,6 +189,25 @@ int main(int argc, char** argv) {
         t_gol.push_back(tg1 - tg0);
       }
       if (zre + gsz < 0) std::printf("?");
+      // The serial Golomb decode alone (DecodeGolombToBits, as a decompress
+      // runs it) on the code of these masks with the b a compress picks.
+      int64_t k = 0;
+      for (int64_t w = 0; w < bits.words; ++w) k += __builtin_popcountll(bits.nz()[w]);
+      int gb;
+      (void)tlc::GolombBstar(n > 0 ? static_cast<double>(k) / n : 0.0, &gb);
+      std::unique_ptr<uint8_t[]> dbuf(new uint8_t[(k + 7) / 8 + tlc::GolombBytesBound(k, n, gb) + 8]);
+      const int64_t dlen = tlc::WriteGolombOfBits(&bits, 1, gb, dbuf.get(), dbuf.get() + (k + 7) / 8);
+      std::unique_ptr<uint64_t[]> dmask(new uint64_t[2 * (n / 64 + 1)]);
+      std::memset(dmask.get(), 0, 16 * (n / 64 + 1));
+      int64_t dend = 0;
+      flush();
+      double td0 = Now();
+      tlc::Status dst = tlc::DecodeGolombToBits(dbuf.get() + (k + 7) / 8, dlen, gb, k, n, dbuf.get(),
+                                                dmask.get(), dmask.get() + n / 64 + 1, &dend);
+      double td1 = Now();
+      if (!dst.ok() || dend > 8 * dlen) std::printf("golomb decode failed\n");
+      if (i) t_gdec.push_back(td1 - td0);
+      if (i == reps) std::printf("golomb decode: b = %d, %lld positions\n", gb, static_cast<long long>(k));
       // Roof: e += x, the memory traffic of the block quantizer alone.
       flush();
       double tr0 = Now();
@@ -210,6 +231,7 @@ int main(int argc, char** argv) {
     std::printf("phases: QuantizeBlocks %.3f ms, MaxAbsSum alone %.3f ms, ZeroRunSizeOfBits %.3f ms (lower bound %.3f ms), "
                 "WriteGolombOfBits (b = 5) %.3f ms, roof e += x %.3f ms\n", 1e3 * best(t_q),
                 1e3 * best(t_max), 1e3 * best(t_zre), 1e3 * best(t_lower), 1e3 * best(t_gol), 1e3 * best(t_roof));
+    std::printf("DecodeGolombToBits alone: best %.3f ms\n", 1e3 * best(t_gdec));
     auto worst = [](std::vector<double> v) { return *std::max_element(v.begin(), v.end()); };
     std::printf("n %lld  code %zu bytes (%.4f bits/value)\n", static_cast<long long>(n),
                 code.size(), (8.0 * code.size() + 32.0 * scales.size()) / n);

@@ -843,21 +843,170 @@ Status SlowGap(const uint8_t* code, int64_t len, int b, uint64_t max_gap, int64_
   return Status::Ok();
 }
 
-TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int b,
-                                          uint64_t count, int64_t n, const uint8_t* signs,
-                                          uint64_t* nz, uint64_t* neg, int64_t* end_bit) {
-  int64_t loaded_at = 0;  // stream position of the bits last loaded into buf
-  int loaded = 0;         // how many were loaded then
-  uint64_t buf = 0;       // the next cnt bits of the stream, left-aligned; zeros below
-  int cnt = 0;            // at most 63, so ~buf is never 0
-  int64_t prev = -1;
+// Sign bits i, i + 1, ... of the count in `signs`, MSB first (zeros past
+// the end).
+TLC_ALWAYS_INLINE uint64_t SignWord(const uint8_t* signs, uint64_t count, uint64_t i) {
+  const int64_t at = static_cast<int64_t>(i >> 3);
+  const int64_t have = static_cast<int64_t>((count + 7) / 8) - at;
+  if (have >= 8) return LoadBigEndian64(signs + at);
+  uint64_t w = 0;
+  for (int64_t k = 0; k < have; ++k) w |= static_cast<uint64_t>(signs[at + k]) << (56 - 8 * k);
+  return w;
+}
+
+// The mask words being written and the coming sign bits. They live in
+// locals of the decoder (stores through uint64_t* could otherwise alias them
+// and keep them in memory); Mark is inlined into each caller.
+struct MaskMarker {
+  const uint8_t* signs;
+  uint64_t count;
+  uint64_t* nz;
+  uint64_t* neg;
   uint64_t sign_word = 0;  // the coming sign bits, first one most significant
   int64_t cur_word = 0;
   uint64_t cur_nz = 0, cur_neg = 0;
-  for (uint64_t i = 0; i < count; ++i) {
+
+  // Sets position p (the i-th) in the masks.
+  TLC_ALWAYS_INLINE void Mark(uint64_t i, int64_t p) {
+    if (__builtin_expect((i & 63) == 0, 0)) sign_word = SignWord(signs, count, i);
+    // The current mask words live in registers and are stored whole after
+    // every position (no read-modify-write chain through memory).
+    const int64_t word = p >> 6;
+    const uint64_t keep = word == cur_word ? ~uint64_t{0} : 0;  // (measured faster than ?:)
+    const uint64_t bit = uint64_t{1} << (p & 63);
+    cur_nz = (cur_nz & keep) | bit;
+    cur_neg = (cur_neg & keep) | (bit & (0 - (sign_word >> 63)));
+    nz[word] = cur_nz;
+    neg[word] = cur_neg;
+    cur_word = word;
+    sign_word <<= 1;
+  }
+};
+
+// Leading zeros of v, or at least 63 for v = 0. kLzcnt: the CPU has LZCNT,
+// which needs no OR (one cycle less on the decoder's critical path).
+template <bool kLzcnt>
+TLC_ALWAYS_INLINE int LeadingZeros(uint64_t v) {
+#if TLC_X86_KERNELS && !defined(__clang__)
+  if (kLzcnt) {
+    uint64_t r;
+    __asm__("lzcnt %1, %0" : "=r"(r) : "r"(v) : "cc");
+    return static_cast<int>(r);
+  }
+#endif
+  return Clz64(v | 1);
+}
+
+// The gap of a code word of `need` bits with `ones` leading ones at the top
+// of `inv` (the stream's bits inverted): its top `need` bits read as the
+// inverted ones (zeros), the inverted zero (a one) and ~r in b bits, so they
+// are 2^(b+1) - 1 - r. step = 1 << b (a multiply spares the shift units).
+TLC_ALWAYS_INLINE int64_t GapOfWord(uint64_t inv, int ones, int need, uint64_t step) {
+  return static_cast<int64_t>((static_cast<uint64_t>(ones) + 2) * step - (inv >> (64 - need)));
+}
+
+template <bool kLzcnt>
+TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int b,
+                                          uint64_t count, int64_t n, const uint8_t* signs,
+                                          uint64_t* nz, uint64_t* neg, int64_t* end_bit) {
+  MaskMarker marker{signs, count, nz, neg};
+  const int b1 = b + 1;
+  const uint64_t step = uint64_t{1} << b;
+  int64_t prev = -1;
+  uint64_t i = 0;
+  int64_t at = 0;  // stream position of the next code word
+  // Fast path, while 8 bytes can be loaded inside the stream. `inv` holds the
+  // stream from bit `at`, inverted (so leading ones are leading zeros and the
+  // bits shifted in from below read as ones), and is topped up every round
+  // without a branch: its top cnt >= 56 bits are counted as loaded; the ones
+  // below are the stream's too. Up to three words per round, one shift
+  // each: the critical path is the chain of LZCNT and shifts. Words that do
+  // not fit (long runs of ones) go to SlowGap, the last 8 bytes to the
+  // careful loop below. A word decoded here lies whole inside the stream, so
+  // the only error it can have is the gap check, as in GolombReader::Gap.
+  while (i < count && (at >> 3) + 8 <= len) {
+    const uint8_t* const last_load = code + len - 8;
+    const uint8_t* p = code + (at >> 3);
+    uint64_t inv = ~LoadBigEndian64(p) << (at & 7);
+    int cnt = 56 - static_cast<int>(at & 7);
+    p += 7;
+    bool word_too_long = false;
+    while (true) {
+      const int ones = LeadingZeros<kLzcnt>(inv);
+      const int need = ones + b1;
+      if (__builtin_expect(need > cnt, 0)) {
+        word_too_long = true;
+        break;
+      }
+      const int64_t first = prev + GapOfWord(inv, ones, need, step);
+      const uint64_t rest1 = inv << need;
+      const int ones2 = LeadingZeros<kLzcnt>(rest1);
+      const int need2 = ones2 + b1;
+      // prev < n: each gap is at most n - 1 - (the previous position). The
+      // positions grow, so checking the last of a round checks them all;
+      // a failing round marks the ones before the bad word, as one word at a
+      // time would.
+      if (__builtin_expect(need + need2 <= cnt && i + 1 < count, 1)) {
+        const int64_t second = first + GapOfWord(rest1, ones2, need2, step);
+        const uint64_t rest2 = rest1 << need2;
+        const int ones3 = LeadingZeros<kLzcnt>(rest2);
+        const int need3 = ones3 + b1;
+        if (__builtin_expect(need + need2 + need3 <= cnt && i + 2 < count, 1)) {
+          const int64_t third = second + GapOfWord(rest2, ones3, need3, step);
+          if (__builtin_expect(third >= n, 0)) {
+            if (first < n) marker.Mark(i, first);
+            if (second < n) marker.Mark(i + 1, second);
+            return Status::Invalid("golomb: gap exceeds the tensor size");
+          }
+          marker.Mark(i, first);
+          marker.Mark(i + 1, second);
+          marker.Mark(i + 2, third);
+          prev = third;
+          i += 3;
+          inv = rest2 << need3;
+          cnt -= need + need2 + need3;
+        } else {
+          if (__builtin_expect(second >= n, 0)) {
+            if (first < n) marker.Mark(i, first);
+            return Status::Invalid("golomb: gap exceeds the tensor size");
+          }
+          marker.Mark(i, first);
+          marker.Mark(i + 1, second);
+          prev = second;
+          i += 2;
+          inv = rest2;
+          cnt -= need + need2;
+        }
+      } else {
+        if (__builtin_expect(first >= n, 0)) return Status::Invalid("golomb: gap exceeds the tensor size");
+        marker.Mark(i, first);
+        prev = first;
+        i += 1;
+        inv = rest1;
+        cnt -= need;
+      }
+      if (i >= count || p > last_load) break;
+      inv |= ~LoadBigEndian64(p) >> cnt;
+      p += (63 - cnt) >> 3;
+      cnt |= 56;
+    }
+    at = 8 * (p - code) - cnt;
+    if (!word_too_long) break;
+    uint64_t gap;
+    TLC_RETURN_IF_ERROR(SlowGap(code, len, b, static_cast<uint64_t>(n - 1 - prev), &at, &gap));
+    prev += static_cast<int64_t>(gap);
+    marker.Mark(i, prev);
+    ++i;
+  }
+  // The rest, near the end of the stream: a buffer refilled with the bytes
+  // that are there.
+  int64_t loaded_at = at;  // stream position of the bits last loaded into buf
+  int loaded = 0;          // how many were loaded then
+  uint64_t buf = 0;        // the next cnt bits of the stream, left-aligned; zeros below
+  int cnt = 0;             // at most 63, so ~buf is never 0
+  for (; i < count; ++i) {
     int ones = Clz64(~buf);
     int need = ones + 1 + b;
-    uint64_t gap;
     if (__builtin_expect(need > cnt, 0)) {
       loaded_at += loaded - cnt;
       Refill(code, len, loaded_at, &buf, &cnt);
@@ -865,48 +1014,22 @@ TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int 
       ones = Clz64(~buf);
       need = ones + 1 + b;
       if (__builtin_expect(need > cnt, 0)) {  // a long run of ones, or the end of the stream
-        int64_t at = loaded_at;
-        TLC_RETURN_IF_ERROR(SlowGap(code, len, b, static_cast<uint64_t>(n - 1 - prev), &at, &gap));
-        loaded_at = at;
+        int64_t pos = loaded_at;
+        uint64_t gap;
+        TLC_RETURN_IF_ERROR(SlowGap(code, len, b, static_cast<uint64_t>(n - 1 - prev), &pos, &gap));
+        loaded_at = pos;
         loaded = cnt = 0;
         buf = 0;
         prev += static_cast<int64_t>(gap);
-        goto mark;
+        marker.Mark(i, prev);
+        continue;
       }
     }
-    {
-      const uint64_t r = ((buf << (ones + 1)) >> 1) >> (63 - b);
-      prev += static_cast<int64_t>((static_cast<uint64_t>(ones) << b) + r + 1);
-      // prev < n: the gap is at most n - 1 - (the previous position)
-      if (__builtin_expect(prev >= n, 0)) return Status::Invalid("golomb: gap exceeds the tensor size");
-      buf <<= need;
-      cnt -= need;
-    }
-  mark:
-    if ((i & 63) == 0) {
-      const int64_t at = static_cast<int64_t>(i >> 3);
-      const int64_t have = static_cast<int64_t>((count + 7) / 8) - at;
-      if (have >= 8) {
-        sign_word = LoadBigEndian64(signs + at);
-      } else {
-        sign_word = 0;
-        for (int64_t k = 0; k < have; ++k) {
-          sign_word |= static_cast<uint64_t>(signs[at + k]) << (56 - 8 * k);
-        }
-      }
-    }
-    {
-      // The current mask words live in registers and are stored whole after
-      // every position (no read-modify-write chain through memory).
-      const int64_t word = prev >> 6;
-      const uint64_t keep = word == cur_word ? ~uint64_t{0} : 0;
-      cur_nz = (cur_nz & keep) | (uint64_t{1} << (prev & 63));
-      cur_neg = (cur_neg & keep) | ((sign_word >> 63) << (prev & 63));
-      nz[word] = cur_nz;
-      neg[word] = cur_neg;
-      cur_word = word;
-      sign_word <<= 1;
-    }
+    prev += GapOfWord(~buf, ones, need, step);
+    if (__builtin_expect(prev >= n, 0)) return Status::Invalid("golomb: gap exceeds the tensor size");
+    buf <<= need;
+    cnt -= need;
+    marker.Mark(i, prev);
   }
   *end_bit = loaded_at + loaded - cnt;
   return Status::Ok();
@@ -989,14 +1112,14 @@ void AccumulateGeneric(const uint64_t* nz, const uint64_t* neg, const float* sca
 
 Status DecodeGolombGeneric(const uint8_t* code, int64_t len, int b, uint64_t count, int64_t n,
                            const uint8_t* signs, uint64_t* nz, uint64_t* neg, int64_t* end_bit) {
-  return DecodeGolombImpl(code, len, b, count, n, signs, nz, neg, end_bit);
+  return DecodeGolombImpl<false>(code, len, b, count, n, signs, nz, neg, end_bit);
 }
 
 #if TLC_X86_KERNELS
 TLC_AVX2 Status DecodeGolombAvx2(const uint8_t* code, int64_t len, int b, uint64_t count,
                                  int64_t n, const uint8_t* signs, uint64_t* nz, uint64_t* neg,
                                  int64_t* end_bit) {
-  return DecodeGolombImpl(code, len, b, count, n, signs, nz, neg, end_bit);
+  return DecodeGolombImpl<true>(code, len, b, count, n, signs, nz, neg, end_bit);
 }
 
 TLC_AVX2 void ExpandAvx2(const uint64_t* nz, const uint64_t* neg, const float* scales,
