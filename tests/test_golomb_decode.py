@@ -124,9 +124,11 @@ def cases(seed):
         if count + 1 <= n:
             more = ref.to_bytes(list(rng.integers(0, 2, count + 1)), 0)
             yield payload(b, count + 1, more, code), n
-        if count:
-            less = ref.to_bytes(list(rng.integers(0, 2, count - 1)), 0)
-            yield payload(b, count - 1, less, code), n
+        # Counts below the words there (the rest must be refused, wherever the window is).
+        for fewer in {1, 2, 3, 5, count // 2, count - 1}:
+            if 0 < fewer <= count:
+                less = ref.to_bytes(list(rng.integers(0, 2, count - fewer)), 0)
+                yield payload(b, count - fewer, less, code), n
         # Truncations, flipped bits, bytes appended, a zero in the padding.
         cuts = range(len(code)) if len(code) <= 24 else rng.integers(0, len(code), 6)
         for cut in cuts:
@@ -136,7 +138,8 @@ def cases(seed):
                 bad = code.copy()
                 bad[rng.integers(0, len(code))] ^= 1 << int(rng.integers(0, 8))
                 yield payload(b, count, signs, bad), n
-        for tail in ([0xFF], [0x00], [0x7F], [0xFF] * 9, list(rng.integers(0, 256, 3))):
+        for tail in ([0xFF], [0x00], [0x7F], [0xFF] * 9, list(rng.integers(0, 256, 3)),
+                     list(rng.integers(0, 256, 20))):
             yield payload(b, count, signs, np.concatenate([code, tail])), n
         if len(bits) % 8:
             yield payload(b, count, signs, ref.to_bytes(bits + [0], 1)), n
