@@ -919,8 +919,8 @@ TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int 
   // stream from bit `at`, inverted (so leading ones are leading zeros and the
   // bits shifted in from below read as ones), and is topped up every round
   // without a branch: its top cnt >= 56 bits are counted as loaded; the ones
-  // below are the stream's too. Up to three words per round, one shift
-  // each: the critical path is the chain of LZCNT and shifts. Words that do
+  // below are the stream's too. One shift per word: the critical path is
+  // the chain of LZCNT, add and shift. Words that do
   // not fit (long runs of ones) go to SlowGap, the last 8 bytes to the
   // careful loop below. A word decoded here lies whole inside the stream, so
   // the only error it can have is the gap check, as in GolombReader::Gap.
@@ -932,59 +932,27 @@ TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int 
     p += 7;
     bool word_too_long = false;
     while (true) {
-      const int ones = LeadingZeros<kLzcnt>(inv);
-      const int need = ones + b1;
-      if (__builtin_expect(need > cnt, 0)) {
-        word_too_long = true;
+      // Up to six words per round (unrolled: the usual round takes all six,
+      // so the exit is predictable); each is checked before it is marked.
+      int used = 0;
+#pragma GCC unroll 6
+      for (int k = 0; k < 6; ++k) {
+        const int ones = LeadingZeros<kLzcnt>(inv);
+        const int need = ones + b1;
+        if (used + need > cnt || i >= count) break;
+        prev += GapOfWord(inv, ones, need, step);
+        // prev < n: the gap is at most n - 1 - (the previous position).
+        if (__builtin_expect(prev >= n, 0)) return Status::Invalid("golomb: gap exceeds the tensor size");
+        marker.Mark(i, prev);
+        ++i;
+        inv <<= need;
+        used += need;
+      }
+      if (__builtin_expect(used == 0, 0)) {  // the next word does not fit a full window
+        word_too_long = i < count;
         break;
       }
-      const int64_t first = prev + GapOfWord(inv, ones, need, step);
-      const uint64_t rest1 = inv << need;
-      const int ones2 = LeadingZeros<kLzcnt>(rest1);
-      const int need2 = ones2 + b1;
-      // prev < n: each gap is at most n - 1 - (the previous position). The
-      // positions grow, so checking the last of a round checks them all;
-      // a failing round marks the ones before the bad word, as one word at a
-      // time would.
-      if (__builtin_expect(need + need2 <= cnt && i + 1 < count, 1)) {
-        const int64_t second = first + GapOfWord(rest1, ones2, need2, step);
-        const uint64_t rest2 = rest1 << need2;
-        const int ones3 = LeadingZeros<kLzcnt>(rest2);
-        const int need3 = ones3 + b1;
-        if (__builtin_expect(need + need2 + need3 <= cnt && i + 2 < count, 1)) {
-          const int64_t third = second + GapOfWord(rest2, ones3, need3, step);
-          if (__builtin_expect(third >= n, 0)) {
-            if (first < n) marker.Mark(i, first);
-            if (second < n) marker.Mark(i + 1, second);
-            return Status::Invalid("golomb: gap exceeds the tensor size");
-          }
-          marker.Mark(i, first);
-          marker.Mark(i + 1, second);
-          marker.Mark(i + 2, third);
-          prev = third;
-          i += 3;
-          inv = rest2 << need3;
-          cnt -= need + need2 + need3;
-        } else {
-          if (__builtin_expect(second >= n, 0)) {
-            if (first < n) marker.Mark(i, first);
-            return Status::Invalid("golomb: gap exceeds the tensor size");
-          }
-          marker.Mark(i, first);
-          marker.Mark(i + 1, second);
-          prev = second;
-          i += 2;
-          inv = rest2;
-          cnt -= need + need2;
-        }
-      } else {
-        if (__builtin_expect(first >= n, 0)) return Status::Invalid("golomb: gap exceeds the tensor size");
-        marker.Mark(i, first);
-        prev = first;
-        i += 1;
-        inv = rest1;
-        cnt -= need;
-      }
+      cnt -= used;
       if (i >= count || p > last_load) break;
       inv |= ~LoadBigEndian64(p) >> cnt;
       p += (63 - cnt) >> 3;
