@@ -843,44 +843,45 @@ Status SlowGap(const uint8_t* code, int64_t len, int b, uint64_t max_gap, int64_
   return Status::Ok();
 }
 
-// Sign bits i, i + 1, ... of the count in `signs`, MSB first (zeros past
-// the end).
-TLC_ALWAYS_INLINE uint64_t SignWord(const uint8_t* signs, uint64_t count, uint64_t i) {
+// Sign bits i, i + 1, ... (at least 57 of them) of the count in `signs`,
+// MSB first; zeros past the end.
+TLC_ALWAYS_INLINE uint64_t SignBitsFrom(const uint8_t* signs, uint64_t count, uint64_t i) {
   const int64_t at = static_cast<int64_t>(i >> 3);
   const int64_t have = static_cast<int64_t>((count + 7) / 8) - at;
-  if (have >= 8) return LoadBigEndian64(signs + at);
   uint64_t w = 0;
-  for (int64_t k = 0; k < have; ++k) w |= static_cast<uint64_t>(signs[at + k]) << (56 - 8 * k);
-  return w;
+  if (__builtin_expect(have >= 8, 1)) {
+    w = LoadBigEndian64(signs + at);
+  } else {
+    for (int64_t k = 0; k < have; ++k) w |= static_cast<uint64_t>(signs[at + k]) << (56 - 8 * k);
+  }
+  return w << (i & 7);
 }
 
-// The mask words being written and the coming sign bits. They live in
-// locals of the decoder (stores through uint64_t* could otherwise alias them
-// and keep them in memory); Mark is inlined into each caller.
+// The mask words being written. They live in locals of the decoder (stores
+// through uint64_t* could otherwise alias them and keep them in memory);
+// Mark is inlined into each caller.
 struct MaskMarker {
   const uint8_t* signs;
-  uint64_t count;
   uint64_t* nz;
   uint64_t* neg;
-  uint64_t sign_word = 0;  // the coming sign bits, first one most significant
   int64_t cur_word = 0;
   uint64_t cur_nz = 0, cur_neg = 0;
 
-  // Sets position p (the i-th) in the masks.
-  TLC_ALWAYS_INLINE void Mark(uint64_t i, int64_t p) {
-    if (__builtin_expect((i & 63) == 0, 0)) sign_word = SignWord(signs, count, i);
-    // The current mask words live in registers and are stored whole after
-    // every position (no read-modify-write chain through memory).
+  // Sets position p in nz, and in neg when negative (0 or 1). The current
+  // words live in registers and are stored whole after every position (no
+  // read-modify-write chain through memory).
+  TLC_ALWAYS_INLINE void Mark(int64_t p, uint64_t negative) {
     const int64_t word = p >> 6;
     const uint64_t keep = word == cur_word ? ~uint64_t{0} : 0;  // (measured faster than ?:)
     const uint64_t bit = uint64_t{1} << (p & 63);
     cur_nz = (cur_nz & keep) | bit;
-    cur_neg = (cur_neg & keep) | (bit & (0 - (sign_word >> 63)));
+    cur_neg = (cur_neg & keep) | (bit & (0 - negative));
     nz[word] = cur_nz;
     neg[word] = cur_neg;
     cur_word = word;
-    sign_word <<= 1;
   }
+  // The sign bit of the i-th position.
+  TLC_ALWAYS_INLINE uint64_t Sign(uint64_t i) const { return (signs[i >> 3] >> (~i & 7)) & 1; }
 };
 
 // Leading zeros of v, or at least 63 for v = 0. kLzcnt: the CPU has LZCNT,
@@ -909,7 +910,7 @@ template <bool kLzcnt>
 TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int b,
                                           uint64_t count, int64_t n, const uint8_t* signs,
                                           uint64_t* nz, uint64_t* neg, int64_t* end_bit) {
-  MaskMarker marker{signs, count, nz, neg};
+  MaskMarker marker{signs, nz, neg};
   const int b1 = b + 1;
   const uint64_t step = uint64_t{1} << b;
   int64_t prev = -1;
@@ -935,6 +936,7 @@ TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int 
       // Up to six words per round (unrolled: the usual round takes all six,
       // so the exit is predictable); each is checked before it is marked.
       int used = 0;
+      const uint64_t sign_bits = SignBitsFrom(signs, count, i);  // the round's, first on top
 #pragma GCC unroll 6
       for (int k = 0; k < 6; ++k) {
         const int ones = LeadingZeros<kLzcnt>(inv);
@@ -943,7 +945,7 @@ TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int 
         prev += GapOfWord(inv, ones, need, step);
         // prev < n: the gap is at most n - 1 - (the previous position).
         if (__builtin_expect(prev >= n, 0)) return Status::Invalid("golomb: gap exceeds the tensor size");
-        marker.Mark(i, prev);
+        marker.Mark(prev, (sign_bits >> (63 - k)) & 1);
         ++i;
         inv <<= need;
         used += need;
@@ -963,7 +965,7 @@ TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int 
     uint64_t gap;
     TLC_RETURN_IF_ERROR(SlowGap(code, len, b, static_cast<uint64_t>(n - 1 - prev), &at, &gap));
     prev += static_cast<int64_t>(gap);
-    marker.Mark(i, prev);
+    marker.Mark(prev, marker.Sign(i));
     ++i;
   }
   // The rest, near the end of the stream: a buffer refilled with the bytes
@@ -989,7 +991,7 @@ TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int 
         loaded = cnt = 0;
         buf = 0;
         prev += static_cast<int64_t>(gap);
-        marker.Mark(i, prev);
+        marker.Mark(prev, marker.Sign(i));
         continue;
       }
     }
@@ -997,7 +999,7 @@ TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int 
     if (__builtin_expect(prev >= n, 0)) return Status::Invalid("golomb: gap exceeds the tensor size");
     buf <<= need;
     cnt -= need;
-    marker.Mark(i, prev);
+    marker.Mark(prev, marker.Sign(i));
   }
   *end_bit = loaded_at + loaded - cnt;
   return Status::Ok();
