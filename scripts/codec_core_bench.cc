@@ -156,6 +156,8 @@ int main(int argc, char** argv) {
     // Phases: the block quantizer alone (max + quantize into the masks) and
     // the maximum alone, on the same cold input.
     std::vector<double> t_q, t_max, t_zre, t_lower, t_gol, t_roof, t_gdec;
+    int64_t nonzeros = 0;
+    int golomb_b = 0;
     for (int i = 0; i <= reps; ++i) {
       std::memcpy(wx.data(), x.data(), 4 * n);
       std::memcpy(we.data(), e.data(), 4 * n);
@@ -168,6 +170,8 @@ int main(int argc, char** argv) {
       tlc::QuantizeBlocks(wx.data(), we.data(), we.data(), n, block, 0, tlc::NumScales(n, block),
                           1.0f, scales.data(), &sinks, &bad);
       double t1 = Now();
+      nonzeros = 0;
+      for (int64_t j = 0; j < (n + 63) / 64; ++j) nonzeros += __builtin_popcountll(bits.nz()[j]);
       // The tail of a compress on those masks: zero-run size, Golomb code.
       sinks.Finish();
       bits.nonzeros = 0;
@@ -178,10 +182,12 @@ int main(int argc, char** argv) {
       double tz2 = Now();
       if (lower > zre) std::printf("lower bound %lld above the size %lld\n",
                                    static_cast<long long>(lower), static_cast<long long>(zre));
+      // The Golomb body with the parameter a compress of this input picks.
+      if (!tlc::GolombBstar(static_cast<double>(nonzeros) / n, &golomb_b).ok()) std::exit(1);
       std::unique_ptr<uint8_t[]> gbuf(new uint8_t[n / 2 + 64]);
       std::memset(gbuf.get(), 0, n / 2 + 64);
       double tg0 = Now();
-      const int64_t gsz = tlc::WriteGolombOfBits(&bits, 1, 5, gbuf.get(), gbuf.get() + n / 8);
+      const int64_t gsz = tlc::WriteGolombOfBits(&bits, 1, golomb_b, gbuf.get(), gbuf.get() + n / 8);
       double tg1 = Now();
       if (i) {
         t_zre.push_back(tz1 - tz0);
@@ -191,10 +197,8 @@ int main(int argc, char** argv) {
       if (zre + gsz < 0) std::printf("?");
       // The serial Golomb decode alone (DecodeGolombToBits, as a decompress
       // runs it) on the code of these masks with the b a compress picks.
-      int64_t k = 0;
-      for (int64_t w = 0; w < bits.words; ++w) k += __builtin_popcountll(bits.nz()[w]);
-      int gb;
-      (void)tlc::GolombBstar(n > 0 ? static_cast<double>(k) / n : 0.0, &gb);
+      const int64_t k = nonzeros;
+      const int gb = golomb_b;
       std::unique_ptr<uint8_t[]> dbuf(new uint8_t[(k + 7) / 8 + tlc::GolombBytesBound(k, n, gb) + 8]);
       const int64_t dlen = tlc::WriteGolombOfBits(&bits, 1, gb, dbuf.get(), dbuf.get() + (k + 7) / 8);
       std::unique_ptr<uint64_t[]> dmask(new uint64_t[2 * (n / 64 + 1)]);
@@ -229,8 +233,9 @@ int main(int argc, char** argv) {
     }
     auto best = [](std::vector<double> v) { return *std::min_element(v.begin(), v.end()); };
     std::printf("phases: QuantizeBlocks %.3f ms, MaxAbsSum alone %.3f ms, ZeroRunSizeOfBits %.3f ms (lower bound %.3f ms), "
-                "WriteGolombOfBits (b = 5) %.3f ms, roof e += x %.3f ms\n", 1e3 * best(t_q),
-                1e3 * best(t_max), 1e3 * best(t_zre), 1e3 * best(t_lower), 1e3 * best(t_gol), 1e3 * best(t_roof));
+                "WriteGolombOfBits (b = %d, %lld non-zeros) %.3f ms, roof e += x %.3f ms\n", 1e3 * best(t_q),
+                1e3 * best(t_max), 1e3 * best(t_zre), 1e3 * best(t_lower), golomb_b,
+                static_cast<long long>(nonzeros), 1e3 * best(t_gol), 1e3 * best(t_roof));
     std::printf("DecodeGolombToBits alone: best %.3f ms\n", 1e3 * best(t_gdec));
     auto worst = [](std::vector<double> v) { return *std::max_element(v.begin(), v.end()); };
     std::printf("n %lld  code %zu bytes (%.4f bits/value)\n", static_cast<long long>(n),

@@ -570,182 +570,250 @@ struct BitWriter {
   }
 };
 
-// The non-zeros of the slices in order, in batches: entry = position << 1 |
-// negative. Calls sink(entries, count) for each batch of at most kBatch.
-constexpr int kBatch = 2048;
+// One code word of gap v (any length): q = v >> b ones, a zero, then the low
+// b bits of v.
+TLC_ALWAYS_INLINE void PutGolombCode(BitWriter& w, uint64_t v, int b) {
+  uint64_t q = v >> b;
+  const uint64_t r = v & ((uint64_t{1} << b) - 1);
+  if (__builtin_expect(q + 1 + b > 56, 0)) {
+    for (; q >= 56; q -= 56) w.Put((uint64_t{1} << 56) - 1, 56);
+    if (q > 0) w.Put((uint64_t{1} << q) - 1, static_cast<int>(q));
+    w.Put(r, 1 + b);  // the zero, then r (at most 32 bits)
+  } else {
+    w.Put((((uint64_t{2} << q) - 2) << b) | r, static_cast<int>(q) + 1 + b);
+  }
+}
 
-template <typename Sink>
-TLC_ALWAYS_INLINE void ForEachBatch(const SliceBits* slices, int64_t count, Sink& sink) {
-  int64_t entries[kBatch + 64];
-  int k = 0;
+// The signs of the non-zeros of a mask word, the first at bit 0.
+template <bool kBmi2>
+TLC_ALWAYS_INLINE uint64_t SignsOfWord(uint64_t nz, uint64_t neg) {
+#if TLC_X86_KERNELS
+  if (kBmi2) {
+    // (asm: the intrinsic would need this template compiled for BMI2.)
+    uint64_t s;
+    __asm__("pextq %2, %1, %0" : "=r"(s) : "r"(neg), "rm"(nz));
+    return s;
+  }
+#endif
+  uint64_t s = 0;
+  for (int j = 0; nz != 0; ++j, nz &= nz - 1) s |= ((neg >> Ctz64(nz)) & 1) << j;
+  return s;
+}
+
+// Trailing zeros of v, and for v = 0 either 64 (kBmi: tzcnt, one instruction)
+// or 63.
+template <bool kBmi>
+TLC_ALWAYS_INLINE int TrailingZerosOr(uint64_t v) {
+#if TLC_X86_KERNELS
+  if (kBmi) {
+    // (asm: the intrinsic would need this template compiled for BMI.)
+    uint64_t t;
+    __asm__("tzcntq %1, %0" : "=r"(t) : "rm"(v) : "cc");
+    return static_cast<int>(t);
+  }
+#endif
+  return CtzOr63(v);
+}
+
+// Bit i of each byte to bit 7 - i.
+TLC_ALWAYS_INLINE uint64_t ReverseBitsInBytes(uint64_t x) {
+  x = ((x >> 1) & 0x5555555555555555ull) | ((x & 0x5555555555555555ull) << 1);
+  x = ((x >> 2) & 0x3333333333333333ull) | ((x & 0x3333333333333333ull) << 2);
+  return ((x >> 4) & 0x0F0F0F0F0F0F0F0Full) | ((x & 0x0F0F0F0F0F0F0F0Full) << 4);
+}
+
+constexpr int kListBatch = 2048;
+constexpr int kListBatchWords = (kListBatch + 64) / 64 + 1;
+
+// The sign bits of the non-zeros in order, first one most significant.
+struct SignWriter {
+  uint8_t* p;
+  uint64_t acc = 0;  // pending signs, the last least significant
+  int n = 0;         // pending signs, < 64 between calls
+  // Appends the low c bits of v (1 <= c <= 64, higher bits zero), the first
+  // one highest.
+  void Put(uint64_t v, int c) {
+    if (n + c < 64) {
+      acc = (acc << c) | v;
+      n += c;
+      return;
+    }
+    const int room = 64 - n;  // 1 .. 64
+    StoreBigEndian64(p, ((acc << 1) << (room - 1)) | (v >> (c - room)));
+    p += 8;
+    n = c - room;
+    acc = v & ((uint64_t{1} << n) - 1);
+  }
+  void Finish() {
+    const uint64_t left = (acc << 1) << (63 - n);
+    for (int k = 0; k < (n + 7) / 8; ++k) p[k] = static_cast<uint8_t>(left >> (56 - 8 * k));
+  }
+};
+
+// Appends to sg the signs of a batch gathered first at bit 0 of words[0]:
+// `full` whole words, then n bits of acc.
+void DrainSigns(const uint64_t* words, int full, uint64_t acc, int n, SignWriter& sg) {
+  for (int k = 0; k < full; ++k) sg.Put(__builtin_bswap64(ReverseBitsInBytes(words[k])), 64);
+  if (n > 0) sg.Put(__builtin_bswap64(ReverseBitsInBytes(acc)) >> (64 - n), n);
+}
+
+// The encoder lists the non-zeros' positions in batches (int32, relative to
+// one past the non-zero before the batch) from the mask words, with no branch
+// on the data in the usual word: eight slots a word, those past its
+// non-zeros scratch, as the list only advances by the count. A word's signs
+// are one pext, gathered apart. The code words are then written from the
+// list (by the AVX2 writer eight at a time) and the signs a word at a time.
+//
+// A batch spans at most kMaxListedSpan positions (so entries fit int32): a
+// word further on starts a new batch, and one that far from the non-zero
+// before it writes its first code word directly.
+constexpr int64_t kMaxListedSpan = int64_t{1} << 30;
+
+// Entries [i, end): their code words; *prev is the position before entry i
+// (updated).
+TLC_ALWAYS_INLINE void PutEntries(const int32_t* list, int i, int end, int b, int32_t* prev,
+                                  BitWriter& out) {
+  int32_t last = *prev;
+  for (; i < end; ++i) {
+    PutGolombCode(out, static_cast<uint64_t>(list[i] - last - 1), b);
+    last = list[i];
+  }
+  *prev = last;
+}
+
+// (The writers are not inlined into the listing loop: it runs faster with
+// the registers to itself.)
+struct GolombListGeneric {
+  __attribute__((noinline)) static void Write(const int32_t* list, int count, int b,
+                                              BitWriter* w) {
+    BitWriter out = *w;  // (in registers: the stores through uint8_t* may alias it)
+    int32_t prev = -1;
+    PutEntries(list, 0, count, b, &prev, out);
+    *w = out;
+  }
+};
+
+#if TLC_X86_KERNELS
+struct GolombListAvx2 {
+  // Eight code words a step, joined in lanes to two Puts when each is at
+  // most 14 bits (four make at most 56).
+  TLC_AVX2 __attribute__((noinline)) static void Write(const int32_t* list, int count, int b,
+                                                       BitWriter* w) {
+    BitWriter out = *w;
+    const __m128i shift_b = _mm_cvtsi32_si128(b);
+    const __m256i low = _mm256_set1_epi32((1 << b) - 1);  // (b <= 13 here)
+    const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
+    const __m256i len_base = _mm256_set1_epi32(1 + b);
+    const __m256i max_len = _mm256_set1_epi32(14);
+    const __m256i low32 = _mm256_set1_epi64x(0xFFFFFFFF);
+    const __m256i rotate = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+    int32_t prev = -1;
+    int i = 0;
+    for (; i + 8 <= count; i += 8) {
+      const __m256i pos = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(list + i));
+      // Each lane's previous position (prev in lane 0).
+      const __m256i before = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(pos, rotate),
+                                                _mm256_set1_epi32(prev), 0x01);
+      const __m256i v = _mm256_sub_epi32(_mm256_sub_epi32(pos, before), one);
+      const __m256i q = _mm256_srl_epi32(v, shift_b);
+      const __m256i len = _mm256_add_epi32(q, len_base);
+      const __m256i too_long = _mm256_cmpgt_epi32(len, max_len);
+      if (__builtin_expect(!_mm256_testz_si256(too_long, too_long), 0)) {
+        PutEntries(list, i, i + 8, b, &prev, out);
+        continue;
+      }
+      const __m256i code = _mm256_or_si256(
+          _mm256_sll_epi32(_mm256_sub_epi32(_mm256_sllv_epi32(two, q), two), shift_b),
+          _mm256_and_si256(v, low));
+      // Each 64-bit lane: its first code word, then its second.
+      const __m256i second_len = _mm256_srli_epi64(len, 32);
+      const __m256i pair = _mm256_or_si256(
+          _mm256_sllv_epi64(_mm256_and_si256(code, low32), second_len),
+          _mm256_srli_epi64(code, 32));
+      const __m256i pair_len = _mm256_add_epi64(_mm256_and_si256(len, low32), second_len);
+      // Lanes 0 and 2: (pair[k] << len[k + 1]) | pair[k + 1].
+      const __m256i next = _mm256_shuffle_epi32(pair, _MM_SHUFFLE(1, 0, 3, 2));
+      const __m256i next_len = _mm256_shuffle_epi32(pair_len, _MM_SHUFFLE(1, 0, 3, 2));
+      const __m256i four = _mm256_or_si256(_mm256_sllv_epi64(pair, next_len), next);
+      const __m256i four_len = _mm256_add_epi64(pair_len, next_len);
+      out.Put(static_cast<uint64_t>(_mm256_extract_epi64(four, 0)),
+              _mm256_extract_epi32(four_len, 0));
+      out.Put(static_cast<uint64_t>(_mm256_extract_epi64(four, 2)),
+              _mm256_extract_epi32(four_len, 4));
+      prev = list[i + 7];
+    }
+    PutEntries(list, i, count, b, &prev, out);
+    *w = out;
+  }
+};
+#endif
+
+template <bool kBmi2, typename List>
+TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count, int b,
+                                          uint8_t* signs, uint8_t* positions) {
+  BitWriter w{positions};
+  SignWriter sg{signs};
+  // The batch's signs, first at bit 0 of stage[0], gathered with no branch
+  // (locals, not a struct: the stores to stage[] would pin its state in memory).
+  uint64_t stage[kListBatchWords];
+  uint64_t stage_acc = 0;
+  int stage_bits = 0, stage_full = 0;  // pending bits (< 64), words filled
+  int32_t list[kListBatch + 64];
+  int k = 0;               // entries listed
+  int64_t batch_base = 0;  // one past the non-zero before the batch
   for (int64_t s = 0; s < count; ++s) {
     const SliceBits& sl = slices[s];
     const uint64_t *nz = sl.nz(), *neg = sl.neg();
     const int64_t words = (sl.end - sl.begin + 63) >> 6;
-    for (int64_t w = 0; w < words; ++w) {
-      uint64_t bits = nz[w];
+    for (int64_t word = 0; word < words; ++word) {
+      uint64_t bits = nz[word];
       if (bits == 0) continue;
-      const uint64_t negative = neg[w];
-      const int64_t base2 = (sl.begin + (w << 6)) << 1;
+      const int64_t base = sl.begin + (word << 6);
+      if (__builtin_expect(k >= kListBatch || base - batch_base > kMaxListedSpan, 0)) {
+        List::Write(list, k, b, &w);
+        DrainSigns(stage, stage_full, stage_acc, stage_bits, sg);
+        stage_acc = 0;
+        stage_bits = stage_full = 0;
+        if (k > 0) batch_base += list[k - 1] + 1;
+        k = 0;
+        if (base - batch_base > kMaxListedSpan) {
+          // Too far for the list: its first code word and sign go out here.
+          const int t = Ctz64(bits);
+          PutGolombCode(w, static_cast<uint64_t>(base + t - batch_base), b);
+          sg.Put((neg[word] >> t) & 1, 1);
+          batch_base = base + t + 1;
+          bits &= bits - 1;
+          if (bits == 0) continue;
+        }
+      }
       const int c = PopCount64(bits);
-      // Eight entries unconditionally (those past c are scratch), so the
-      // usual word costs no data-dependent branch.
+      const uint64_t word_signs = SignsOfWord<kBmi2>(bits, neg[word]);
+      stage_acc |= word_signs << stage_bits;
+      stage[stage_full] = stage_acc;
+      const bool fills = stage_bits + c >= 64;
+      stage_full += fills;
+      // The bits that did not fit (a select, not a branch).
+      const uint64_t rest = (word_signs >> 1) >> (63 - stage_bits);
+      stage_acc = (rest & -static_cast<uint64_t>(fills)) |
+                  (stage_acc & (static_cast<uint64_t>(fills) - 1));
+      stage_bits = (stage_bits + c) & 63;
+      const int64_t offset = base - batch_base;
+      int32_t* out = list + k;
       for (int j = 0; j < 8; ++j) {
-        const int t = CtzOr63(bits);
-        entries[k + j] = base2 + (t << 1) + static_cast<int64_t>((negative >> t) & 1);
+        out[j] = static_cast<int32_t>(offset + TrailingZerosOr<kBmi2>(bits));
         bits &= bits - 1;
       }
       for (int j = 8; j < c; ++j) {
-        const int t = CtzOr63(bits);
-        entries[k + j] = base2 + (t << 1) + static_cast<int64_t>((negative >> t) & 1);
+        out[j] = static_cast<int32_t>(offset + Ctz64(bits));
         bits &= bits - 1;
       }
       k += c;
-      if (k >= kBatch) {
-        sink(entries, k);
-        k = 0;
-      }
     }
   }
-  if (k > 0) sink(entries, k);
-}
-
-// Golomb code words and sign bits of the non-zeros. The state lives in
-// locals inside the loop: stores through uint8_t* may alias anything, which
-// would otherwise keep it in memory.
-struct GolombSignWriter {
-  BitWriter writer;
-  uint8_t* signs;
-  int b;
-  uint64_t sign_acc = 0;
-  int sign_bits = 0;
-  int64_t prev = -1;
-
-  // One code word and sign bit, for entries [i, end).
-  TLC_ALWAYS_INLINE static void Scalar(const int64_t* entries, int i, int end, int b,
-                                       BitWriter& w, uint8_t*& sg, uint64_t& sacc, int& sbits,
-                                       int64_t& last) {
-    const uint64_t low = (uint64_t{1} << b) - 1;
-    for (; i < end; ++i) {
-      const int64_t pos = entries[i] >> 1;
-      const uint64_t v = static_cast<uint64_t>(pos - last - 1);
-      last = pos;
-      uint64_t q = v >> b;
-      if (__builtin_expect(q + 1 + b > 56, 0)) {
-        for (; q >= 32; q -= 32) w.Put(0xFFFFFFFFu, 32);
-        if (q > 0) w.Put((uint64_t{1} << q) - 1, static_cast<int>(q));  // q < 32 ones
-        w.Put(v & low, 1 + b);                                         // the zero, then r
-      } else {
-        w.Put((((uint64_t{2} << q) - 2) << b) | (v & low), static_cast<int>(q) + 1 + b);
-      }
-      sacc = (sacc << 1) | static_cast<uint64_t>(entries[i] & 1);
-      if (++sbits == 64) {
-        StoreBigEndian64(sg, sacc);
-        sg += 8;
-        sbits = 0;
-      }
-    }
-  }
-
-  TLC_ALWAYS_INLINE void operator()(const int64_t* entries, int count) {
-    BitWriter w = writer;
-    uint8_t* sg = signs;
-    uint64_t sacc = sign_acc;
-    int sbits = sign_bits;
-    int64_t last = prev;
-    Scalar(entries, 0, count, b, w, sg, sacc, sbits, last);
-    writer = w;
-    signs = sg;
-    sign_acc = sacc;
-    sign_bits = sbits;
-    prev = last;
-  }
-};
-
-struct GolombSignWriterGeneric : GolombSignWriter {};
-
-#if TLC_X86_KERNELS
-// The same bits, four code words at a time: gaps, quotients and code words in
-// 64-bit lanes, joined into one Put when all four are at most 14 bits long.
-struct GolombSignWriterAvx2 : GolombSignWriter {
-  TLC_AVX2 void operator()(const int64_t* entries, int count) {
-    BitWriter w = writer;
-    uint8_t* sg = signs;
-    uint64_t sacc = sign_acc;
-    int sbits = sign_bits;
-    int64_t last = prev;
-    const int bb = b;
-    const __m128i shift_b = _mm_cvtsi32_si128(bb);
-    const __m256i low = _mm256_set1_epi64x((int64_t{1} << bb) - 1);
-    const __m256i one = _mm256_set1_epi64x(1), two = _mm256_set1_epi64x(2);
-    const __m256i len_base = _mm256_set1_epi64x(1 + bb);
-    const __m256i max_len = _mm256_set1_epi64x(14);
-    int i = 0;
-    for (; i + 4 <= count; i += 4) {
-      const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(entries + i));
-      const __m256i pos = _mm256_srli_epi64(e, 1);
-      // Positions shifted by one lane, with `last` in lane 0.
-      const __m256i before = _mm256_blend_epi32(
-          _mm256_permute4x64_epi64(pos, _MM_SHUFFLE(2, 1, 0, 3)),
-          _mm256_set1_epi64x(last), 0x03);
-      const __m256i v = _mm256_sub_epi64(_mm256_sub_epi64(pos, before), one);
-      const __m256i q = _mm256_srl_epi64(v, shift_b);
-      const __m256i len = _mm256_add_epi64(q, len_base);
-      if (__builtin_expect(!_mm256_testz_si256(_mm256_cmpgt_epi64(len, max_len),
-                                               _mm256_cmpgt_epi64(len, max_len)), 0)) {
-        Scalar(entries, i, i + 4, bb, w, sg, sacc, sbits, last);
-        continue;
-      }
-      const __m256i code = _mm256_or_si256(
-          _mm256_sll_epi64(_mm256_sub_epi64(_mm256_sllv_epi64(two, q), two), shift_b),
-          _mm256_and_si256(v, low));
-      // Lanes 0 and 2: (code[k] << len[k + 1]) | code[k + 1].
-      const __m256i next_len = _mm256_shuffle_epi32(len, _MM_SHUFFLE(1, 0, 3, 2));
-      const __m256i pair = _mm256_or_si256(_mm256_sllv_epi64(code, next_len),
-                                           _mm256_shuffle_epi32(code, _MM_SHUFFLE(1, 0, 3, 2)));
-      const __m256i pair_len = _mm256_add_epi64(len, next_len);
-      const uint64_t p0 = static_cast<uint64_t>(_mm256_extract_epi64(pair, 0));
-      const uint64_t p2 = static_cast<uint64_t>(_mm256_extract_epi64(pair, 2));
-      const int l0 = _mm256_extract_epi32(pair_len, 0), l2 = _mm256_extract_epi32(pair_len, 4);
-      w.Put((p0 << l2) | p2, l0 + l2);
-      // Sign bits, first entry most significant.
-      const int s = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_slli_epi64(e, 63)));
-      const uint64_t four = kReverse4[s];
-      if (__builtin_expect(sbits < 60, 1)) {
-        sacc = (sacc << 4) | four;
-        sbits += 4;
-      } else {  // fills the word
-        const int room = 64 - sbits;
-        StoreBigEndian64(sg, (sacc << room) | (four >> (4 - room)));
-        sg += 8;
-        sbits = 4 - room;
-        sacc = four & ((uint64_t{1} << sbits) - 1);
-      }
-      last = entries[i + 3] >> 1;
-    }
-    Scalar(entries, i, count, bb, w, sg, sacc, sbits, last);
-    writer = w;
-    signs = sg;
-    sign_acc = sacc;
-    sign_bits = sbits;
-    prev = last;
-  }
-  static constexpr uint8_t kReverse4[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
-};
-#endif
-
-template <typename Writer>
-TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count, int b,
-                                          uint8_t* signs, uint8_t* positions) {
-  Writer w{{BitWriter{positions}, signs, b}};
-  ForEachBatch(slices, count, w);
-  if (w.sign_bits > 0) {
-    const uint64_t acc = w.sign_acc << (64 - w.sign_bits);
-    for (int k = 0; k < (w.sign_bits + 7) / 8; ++k) {
-      w.signs[k] = static_cast<uint8_t>(acc >> (56 - 8 * k));
-    }
-  }
-  return w.writer.Finish() - positions;
+  List::Write(list, k, b, &w);
+  DrainSigns(stage, stage_full, stage_acc, stage_bits, sg);
+  if (sg.n > 0) sg.Finish();
+  return w.Finish() - positions;
 }
 
 int64_t ZeroRunSizeGeneric(const SliceBits* s, int64_t c) { return ZeroRunSizeImpl(s, c); }
@@ -757,7 +825,7 @@ void WriteZeroRunGeneric(const SliceBits* s, int64_t c, int64_t n, uint8_t* out)
 }
 int64_t WriteGolombGeneric(const SliceBits* s, int64_t c, int b, uint8_t* signs,
                            uint8_t* positions) {
-  return WriteGolombImpl<GolombSignWriterGeneric>(s, c, b, signs, positions);
+  return WriteGolombImpl<false, GolombListGeneric>(s, c, b, signs, positions);
 }
 #if TLC_X86_KERNELS
 TLC_AVX2 int64_t ZeroRunSizeAvx2(const SliceBits* s, int64_t c) { return ZeroRunSizeImpl(s, c); }
@@ -769,7 +837,9 @@ TLC_AVX2 void WriteZeroRunAvx2(const SliceBits* s, int64_t c, int64_t n, uint8_t
 }
 TLC_AVX2 int64_t WriteGolombAvx2(const SliceBits* s, int64_t c, int b, uint8_t* signs,
                                  uint8_t* positions) {
-  return WriteGolombImpl<GolombSignWriterAvx2>(s, c, b, signs, positions);
+  // Past b = 13 no code word fits the AVX2 writer's 14 bits.
+  if (b > 13) return WriteGolombImpl<true, GolombListGeneric>(s, c, b, signs, positions);
+  return WriteGolombImpl<true, GolombListAvx2>(s, c, b, signs, positions);
 }
 #endif
 
