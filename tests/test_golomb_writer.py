@@ -1,6 +1,7 @@
 """The Golomb/sign encoder of the codec core (WriteGolombOfBits in custom_ops/core/bitmask_simd.cc),
 run on masks directly by custom_ops/fuzz/golomb_writer_driver.cc, against the Python reference of
-the format (tests/format_reference.py): every b in 0..31, the portable and the AVX2 kernels, and
+the format (tests/format_reference.py): every b in 0..31, the portable and the AVX2 kernels (with
+and without PEXT), and
 the edges of the encoder's fast path (mask words with 0, 1, 8, 9 or 64 non-zeros, positions 63,
 64 and 65, sign counts not a multiple of 8, n not a multiple of 64, slices not starting on a
 word, lists flushed mid-stream, code words longer than 56 bits, and gaps past 2^30)."""
@@ -17,7 +18,9 @@ pytestmark = pytest.mark.unit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CXX = shutil.which("g++") or shutil.which("clang++")
-ENVS = ({"TLC_CODEC_GENERIC": "0"}, {"TLC_CODEC_GENERIC": "1"})
+# AVX2 with PEXT for the signs, AVX2 without it (AMD before Zen 3), portable.
+ENVS = ({"TLC_CODEC_GENERIC": "0", "TLC_CODEC_SLOW_PEXT": "0"},
+        {"TLC_CODEC_GENERIC": "0", "TLC_CODEC_SLOW_PEXT": "1"}, {"TLC_CODEC_GENERIC": "1"})
 
 
 @pytest.fixture(scope="module")

@@ -584,11 +584,12 @@ TLC_ALWAYS_INLINE void PutGolombCode(BitWriter& w, uint64_t v, int b) {
   }
 }
 
-// The signs of the non-zeros of a mask word, the first at bit 0.
-template <bool kBmi2>
+// The signs of the non-zeros of a mask word, the first at bit 0. kFastPext:
+// one PEXT (not on AMD before Zen 3, where it is microcoded: FastPext).
+template <bool kFastPext>
 TLC_ALWAYS_INLINE uint64_t SignsOfWord(uint64_t nz, uint64_t neg) {
 #if TLC_X86_KERNELS
-  if (kBmi2) {
+  if (kFastPext) {
     // (asm: the intrinsic would need this template compiled for BMI2.)
     uint64_t s;
     __asm__("pextq %2, %1, %0" : "=r"(s) : "r"(neg), "rm"(nz));
@@ -748,7 +749,7 @@ struct GolombListAvx2 {
 };
 #endif
 
-template <bool kBmi2, typename List>
+template <bool kBmi, bool kFastPext, typename List>
 TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count, int b,
                                           uint8_t* signs, uint8_t* positions) {
   BitWriter w{positions};
@@ -787,7 +788,7 @@ TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count
         }
       }
       const int c = PopCount64(bits);
-      const uint64_t word_signs = SignsOfWord<kBmi2>(bits, neg[word]);
+      const uint64_t word_signs = SignsOfWord<kFastPext>(bits, neg[word]);
       stage_acc |= word_signs << stage_bits;
       stage[stage_full] = stage_acc;
       const bool fills = stage_bits + c >= 64;
@@ -800,7 +801,7 @@ TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count
       const int64_t offset = base - batch_base;
       int32_t* out = list + k;
       for (int j = 0; j < 8; ++j) {
-        out[j] = static_cast<int32_t>(offset + TrailingZerosOr<kBmi2>(bits));
+        out[j] = static_cast<int32_t>(offset + TrailingZerosOr<kBmi>(bits));
         bits &= bits - 1;
       }
       for (int j = 8; j < c; ++j) {
@@ -825,7 +826,7 @@ void WriteZeroRunGeneric(const SliceBits* s, int64_t c, int64_t n, uint8_t* out)
 }
 int64_t WriteGolombGeneric(const SliceBits* s, int64_t c, int b, uint8_t* signs,
                            uint8_t* positions) {
-  return WriteGolombImpl<false, GolombListGeneric>(s, c, b, signs, positions);
+  return WriteGolombImpl<false, false, GolombListGeneric>(s, c, b, signs, positions);
 }
 #if TLC_X86_KERNELS
 TLC_AVX2 int64_t ZeroRunSizeAvx2(const SliceBits* s, int64_t c) { return ZeroRunSizeImpl(s, c); }
@@ -837,9 +838,14 @@ TLC_AVX2 void WriteZeroRunAvx2(const SliceBits* s, int64_t c, int64_t n, uint8_t
 }
 TLC_AVX2 int64_t WriteGolombAvx2(const SliceBits* s, int64_t c, int b, uint8_t* signs,
                                  uint8_t* positions) {
+  const bool pext = FastPext();
   // Past b = 13 no code word fits the AVX2 writer's 14 bits.
-  if (b > 13) return WriteGolombImpl<true, GolombListGeneric>(s, c, b, signs, positions);
-  return WriteGolombImpl<true, GolombListAvx2>(s, c, b, signs, positions);
+  if (b > 13) {
+    return pext ? WriteGolombImpl<true, true, GolombListGeneric>(s, c, b, signs, positions)
+                : WriteGolombImpl<true, false, GolombListGeneric>(s, c, b, signs, positions);
+  }
+  return pext ? WriteGolombImpl<true, true, GolombListAvx2>(s, c, b, signs, positions)
+              : WriteGolombImpl<true, false, GolombListAvx2>(s, c, b, signs, positions);
 }
 #endif
 
