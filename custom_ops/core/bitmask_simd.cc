@@ -662,8 +662,9 @@ void DrainSigns(const uint64_t* words, int full, uint64_t acc, int n, SignWriter
 // one past the non-zero before the batch) from the mask words, with no branch
 // on the data in the usual word: eight slots a word, those past its
 // non-zeros scratch, as the list only advances by the count. A word's signs
-// are one PEXT where it is fast (SignsOfWord), gathered apart. The code words are then written from the
-// list (by the AVX2 writer eight at a time) and the signs a word at a time.
+// are one PEXT where it is fast (SignsOfWord), gathered apart. The code
+// words are then written from the list (by the AVX2 writer eight at a time)
+// and the signs a word at a time.
 //
 // A batch spans at most kMaxListedSpan positions (so entries fit int32): a
 // word further on starts a new batch, and one that far from the non-zero
