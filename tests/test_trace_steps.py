@@ -68,7 +68,10 @@ def test_phases_come_in_order_and_match_the_trace(traced_run):
             assert all(record[p] for p in trace.PHASES), record
             # The first push message may cross before backprop ends (buckets).
             assert min(a for a, _ in record["compute"]) < record["sending"] < record["sent"], record
-            assert record["push"][-1][1] == record["sent"]
+            # The push phase runs up to "sent" (the last message in on its PS); an op of the
+            # push's scope that nothing sent waits for (a time stamp, the error memory's write)
+            # may still end after it on a busy machine.
+            assert any(a <= record["sent"] <= b for a, b in record["push"]), record
             assert record["wait"] == [[record["sent"], record["received"]]]
             assert record["sent"] < record["received"] <= min(a for a, _ in record["pull"])
             # "sent" is the end of the push message's transfer as TF recorded it on the PS.
