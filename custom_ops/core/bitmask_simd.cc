@@ -616,11 +616,12 @@ TLC_ALWAYS_INLINE int TrailingZerosOr(uint64_t v) {
   return CtzOr63(v);
 }
 
-// Bit i of each byte to bit 7 - i.
-TLC_ALWAYS_INLINE uint64_t ReverseBitsInBytes(uint64_t x) {
+// Bit i to bit 63 - i.
+TLC_ALWAYS_INLINE uint64_t ReverseBits64(uint64_t x) {
   x = ((x >> 1) & 0x5555555555555555ull) | ((x & 0x5555555555555555ull) << 1);
   x = ((x >> 2) & 0x3333333333333333ull) | ((x & 0x3333333333333333ull) << 2);
-  return ((x >> 4) & 0x0F0F0F0F0F0F0F0Full) | ((x & 0x0F0F0F0F0F0F0F0Full) << 4);
+  x = ((x >> 4) & 0x0F0F0F0F0F0F0F0Full) | ((x & 0x0F0F0F0F0F0F0F0Full) << 4);
+  return __builtin_bswap64(x);
 }
 
 constexpr int kListBatch = 2048;
@@ -654,8 +655,8 @@ struct SignWriter {
 // Appends to sg the signs of a batch gathered first at bit 0 of words[0]:
 // `full` whole words, then n bits of acc.
 void DrainSigns(const uint64_t* words, int full, uint64_t acc, int n, SignWriter& sg) {
-  for (int k = 0; k < full; ++k) sg.Put(__builtin_bswap64(ReverseBitsInBytes(words[k])), 64);
-  if (n > 0) sg.Put(__builtin_bswap64(ReverseBitsInBytes(acc)) >> (64 - n), n);
+  for (int k = 0; k < full; ++k) sg.Put(ReverseBits64(words[k]), 64);
+  if (n > 0) sg.Put(ReverseBits64(acc) >> (64 - n), n);
 }
 
 // The encoder lists the non-zeros' positions in batches (int32, relative to
@@ -858,23 +859,23 @@ TLC_ALWAYS_INLINE uint64_t LoadBigEndian64(const uint8_t* p) {
   return __builtin_bswap64(v);
 }
 
+// The 8 bytes at p, big-endian, where only `have` of them may be read: the
+// bytes past those read as zero.
+TLC_ALWAYS_INLINE uint64_t LoadBigEndianUpTo(const uint8_t* p, int64_t have) {
+  if (__builtin_expect(have >= 8, 1)) return LoadBigEndian64(p);
+  uint64_t w = 0;
+  for (int64_t k = 0; k < have; ++k) w |= static_cast<uint64_t>(p[k]) << (56 - 8 * k);
+  return w;
+}
+
 // Loads the stream from bit `pos` into buf, left-aligned, and sets cnt to
 // the bits loaded (at most 63, and none past the end); the bits below are 0.
 TLC_ALWAYS_INLINE void Refill(const uint8_t* code, int64_t len, int64_t pos, uint64_t* buf,
                               int* cnt) {
   const int64_t byte = pos >> 3;
   const int shift = static_cast<int>(pos & 7);
-  uint64_t w = 0;
-  int64_t avail;
-  if (__builtin_expect(byte + 8 <= len, 1)) {
-    w = LoadBigEndian64(code + byte);
-    avail = 64 - shift;
-  } else {
-    for (int64_t k = byte; k < len; ++k) {
-      w |= static_cast<uint64_t>(code[k]) << (56 - 8 * (k - byte));
-    }
-    avail = len * 8 - pos;
-  }
+  const uint64_t w = LoadBigEndianUpTo(code + byte, len - byte);
+  const int64_t avail = byte + 8 <= len ? 64 - shift : len * 8 - pos;
   *cnt = static_cast<int>(avail < 63 ? avail : 63);
   *buf = *cnt > 0 ? (w << shift) & (~uint64_t{0} << (64 - *cnt)) : 0;
 }
@@ -925,13 +926,7 @@ Status SlowGap(const uint8_t* code, int64_t len, int b, uint64_t max_gap, int64_
 TLC_ALWAYS_INLINE uint64_t SignBitsFrom(const uint8_t* signs, uint64_t count, uint64_t i) {
   const int64_t at = static_cast<int64_t>(i >> 3);
   const int64_t have = static_cast<int64_t>((count + 7) / 8) - at;
-  uint64_t w = 0;
-  if (__builtin_expect(have >= 8, 1)) {
-    w = LoadBigEndian64(signs + at);
-  } else {
-    for (int64_t k = 0; k < have; ++k) w |= static_cast<uint64_t>(signs[at + k]) << (56 - 8 * k);
-  }
-  return w << (i & 7);
+  return LoadBigEndianUpTo(signs + at, have) << (i & 7);
 }
 
 // The mask words being written. They live in locals of the decoder (stores
