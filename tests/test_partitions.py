@@ -3,7 +3,9 @@ namespace of its own (tests/partition_cluster.py): ps0 cut off twice (for
 30 s, then 2 minutes), the chief and a worker cut off for 2 minutes, one PS
 of 2 killed and restarted, every PS of 3 killed and restarted one after
 another (no checkpoint to fall back on).
-Training must reach its last step with no step lost and every worker's
+Training must reach its last step with no step lost (but the one update a
+PS killed after another worker pulled it and before the chief did takes
+with it, which the chief names) and every worker's
 compressed local copies equal to the server's shadows, and, after each cut,
 go on within RESUME_SECONDS of the link's return (the chief's step record).
 
@@ -48,9 +50,15 @@ def check_run(c, timeout=TIMEOUT):
                                                     "pull_compressions")})
     assert summary["ok"], summary
     assert summary["global_step"] == STEPS
+    unpulled = updates_the_chief_had_not_pulled(c)
+    assert all(over - at == 1 for at, over in unpulled.items()), unpulled
     for index in range(c.num_workers):
         text = c.logs("worker", index)
-        assert "steps lost" not in text and "went back" not in text, c.tail("worker", index)
+        for seen, now in re.findall(r"the model went back from step (\d+) to step (\d+)", text):
+            # Only the update the chief named (it had not pulled it) went back.
+            assert int(now) in unpulled and int(seen) <= unpulled[int(now)], \
+                (seen, now, unpulled, c.tail("worker", index))
+        assert "lost the model" not in text, c.tail("worker", index)
         assert "training step failed" not in text, c.tail("worker", index)
     printed = c.chief_steps()
     assert printed and printed == sorted(printed), printed  # the model never went back
@@ -86,6 +94,15 @@ def check_grpc_options(c):
             env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
         value = env.get(grpc_options.ENV.encode(), b"").decode()
         assert all(name in value for name in grpc_options.OPTIONS), (job, index, value)
+
+
+def updates_the_chief_had_not_pulled(c):
+    """{step the chief's copy restored: step the surviving servers held}, for
+    each restore over servers a step ahead of the chief's copy."""
+    chief = c.logs("worker", 0)
+    return {int(at): int(over) for at, over in re.findall(
+        r"model restored at step (\d+) from the chief's local copy[^\n]*"
+        r"the surviving parameter servers were at step (\d+)", chief)}
 
 
 def restored_steps(c):

@@ -5,7 +5,11 @@ compressed tensors) and knows its version. When the chief (re)creates its
 session and finds the PS's variables uninitialised, it restores them from the
 newest source: the latest checkpoint, or its own local copy (pushed back to
 the PS as master and shadow; optimizer slots then restart at zero). A PS that
-still holds its model keeps it. Only a cluster that never trained starts from
+still holds its model keeps it. The chief's copy can lack the updates it has
+not pulled yet (one at most without backup workers: a PS killed after another
+worker pulled an update and before the chief did); when the global step's PS
+survived (the global step or a pull log on a PS that was not restarted shows
+it), the chief says how many updates went back with the model. Only a cluster that never trained starts from
 a fresh initialisation; a worker that sees the model go back tells how many
 steps were lost, and stops if the model went back to step 0.
 
@@ -32,6 +36,10 @@ def checkpoint_step(path):
         return None
 
 
+def _steps(count):
+    return f"{count} step{'' if count == 1 else 's'}"
+
+
 def check_not_behind(seen, now, who):
     """Raises if the model went back to step 0; tells of any other step lost."""
     if now >= seen:
@@ -41,18 +49,21 @@ def check_not_behind(seen, now, who):
             f"the parameter servers lost the model: it went back from step {seen} to "
             f"step 0 ({seen} steps lost) and neither a checkpoint nor a worker's copy restored it")
     print(f"tlc: {who}: the model went back from step {seen} to step {now}: "
-          f"{seen - now} steps lost", flush=True)
+          f"{_steps(seen - now)} lost", flush=True)
 
 
 class Recovery:
     """The model back on restarted parameter servers (see the module's docstring)."""
 
-    def __init__(self, shared, entries):
+    def __init__(self, shared, entries, pull_logs):
         worker = shared.worker
         with tf.device(shared.worker_host):
             # Step of the copy the init op restored (-1: none since last asked).
             self._restored_at = state.persistent_variable(-1, tf.int64, "tlc_copy_restored_at")
-            self._take_restored_at = self._restored_at.assign(-1, read_value=False)
+            # Global step a surviving PS held when the copy went over it (-1: none).
+            self._restored_over = state.persistent_variable(-1, tf.int64, "tlc_copy_restored_over")
+            self._take_restored_at = tf.group(self._restored_at.assign(-1, read_value=False),
+                                              self._restored_over.assign(-1, read_value=False))
             persistent = tf.compat.v1.get_collection(state.PERSISTENT)
             self._persistent_uninitialised = tf.compat.v1.report_uninitialized_variables(
                 persistent)
@@ -60,7 +71,7 @@ class Recovery:
             self._local_version_unset = tf.logical_not(
                 tf.compat.v1.is_variable_initialized(worker.local_version))
             self._local_version = worker.local_version.read_value()
-        self._shared, self._entries = shared, entries
+        self._shared, self._entries, self._pull_logs = shared, entries, pull_logs
         self.init_op = None
         tlc_session.register_restorer(self)
 
@@ -98,9 +109,10 @@ class Recovery:
                 ref_assigns.append(tf.compat.v1.assign(v, tf.where(has_copy, copy,
                                                                    v.initial_value)))
         resources_only = [v for v in model if resource_variable_ops.is_resource_variable(v)]
+        live_step = _live_step(shared.global_step, self._pull_logs)
 
         def from_copy():
-            return self._restore_ops(shared, entries, resources_only, copies)
+            return self._restore_ops(shared, entries, resources_only, copies, live_step)
 
         def fresh():
             return tf.group(*[v.assign(v.initial_value, read_value=False)
@@ -108,7 +120,7 @@ class Recovery:
 
         # Ops made inside a branch run only in it (variable.initializer, made
         # outside, would run either way).
-        with tf.control_dependencies(ref_assigns):
+        with tf.control_dependencies(ref_assigns + [live_step]):
             chosen = tf.cond(has_copy, from_copy, fresh)
         self.init_op = tf.group(
             chosen, resources.initialize_resources(resources.shared_resources()),
@@ -116,7 +128,7 @@ class Recovery:
             name="tlc_init_or_restore_from_copy")
         return self.init_op
 
-    def _restore_ops(self, shared, entries, model, copies):
+    def _restore_ops(self, shared, entries, model, copies, live_step):
         """Master and shadow from the chief's local copy, the global step from
         its version, tlc's PS counters to match; the rest of `model` (resource
         variables: optimizer slots) afresh. The shadows become ready last:
@@ -147,6 +159,7 @@ class Recovery:
         restore += [v.assign(v.initial_value, read_value=False)
                     for v in model if v.name not in copies and v is not gs]
         restore.append(self._restored_at.assign(local_version, read_value=False))
+        restore.append(self._restored_over.assign(live_step, read_value=False))
         with tf.control_dependencies(restore), tf.device(gs.device):
             return server.shadow_ready.assign(True, read_value=False)
 
@@ -191,13 +204,35 @@ class Recovery:
     def say_restored_from_copy(self, session, checkpoint_dir=None):
         """Chief, after session creation: one line if the init op put its
         local copy on the parameter servers."""
-        at = int(session.run(self._restored_at))
+        at, over = (int(v) for v in session.run([self._restored_at, self._restored_over]))
         if at < 0:
             return
         session.run(self._take_restored_at)
+        lost = "" if over <= at else (
+            f"; the surviving parameter servers were at step {over}: the model went back "
+            f"{_steps(over - at)} (updates the chief had not pulled yet; their gradients "
+            f"are lost)")
         print(f"tlc: parameter servers were restarted: model restored at step {at} from "
               f"the chief's local copy; optimizer slots restarted at zero "
-              f"({len(self._restarted_fresh)} variables re-initialised)", flush=True)
+              f"({len(self._restarted_fresh)} variables re-initialised){lost}", flush=True)
+
+
+def _live_step(global_step, pull_logs):
+    """The newest step a PS that kept its state holds (the global step, or
+    the newest row of a pull log), else -1; read before the restore writes
+    the global step. A reference variable cannot be read conditionally: its
+    global step counts as -1."""
+    newest = [tf.constant(-1, tf.int64)]
+    if resource_variable_ops.is_resource_variable(global_step):
+        with tf.device(global_step.device):
+            newest.append(tf.cond(tf.compat.v1.is_variable_initialized(global_step),
+                                  lambda: tf.cast(global_step.read_value(), tf.int64),
+                                  lambda: tf.constant(-1, tf.int64)))
+    for log in pull_logs:
+        with tf.device(log.resource_handle.device):
+            steps, _ = log.export()  # only the maximum leaves the PS
+            newest.append(tf.reduce_max(tf.concat([steps, tf.constant([-1], tf.int64)], 0)))
+    return tf.reduce_max(tf.stack(newest))
 
 
 def _read_if(condition, variable):

@@ -299,7 +299,8 @@ class _Built:
         self.channels = channels
         self.step = step
         self.full_sync = FullSync(shared, entries)
-        self.recovery = Recovery(shared, entries)
+        self.recovery = Recovery(shared, entries,
+                                 [c.log for c in channels if c.log is not None])
         self.session_ops = SessionOps(shared, entries, step, train_op, made_local)
 
     def statistics_wait_in_replies(self):

@@ -1,0 +1,134 @@
+"""A PS killed while the chief's local copy is an update behind what the
+surviving parameter servers hold (another worker pulled that update; the
+chief had not yet): the chief's copy is the newest whole model left, so the
+model goes back one step, and the chief must say so in its restore line
+instead of leaving only the other workers to notice.
+
+Real parameter servers in processes of their own (killed and restarted on
+the same port), the chief in this process. The update the chief had not
+pulled is made here by hand on the surviving PS: the global step one ahead
+when it survives, else the newest row of a surviving PS's pull log (what the
+chief's update writes there)."""
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from local_cluster import free_port
+from tlc import Float32, SyncReplicasOptimizer, replica
+from tlc.session import training_session
+
+pytestmark = pytest.mark.cluster
+
+SERVE_PS = ("import json, sys; import tlc.ops; import tensorflow as tf; "
+            "tf.distribute.Server(tf.train.ClusterSpec(json.loads(sys.argv[1])), job_name='ps', "
+            "task_index=int(sys.argv[2])).join()")
+STEPS_BEFORE = 3
+
+
+class Cluster:
+    """Two parameter servers in processes, the worker's server here."""
+
+    def __init__(self):
+        self.spec = {"worker": [f"localhost:{free_port()}"],
+                     "ps": [f"localhost:{free_port()}" for _ in range(2)]}
+        self.ps = [self._start(i) for i in range(2)]
+        self.worker = tf.distribute.Server(tf.train.ClusterSpec(self.spec), job_name="worker",
+                                           task_index=0)
+
+    def _start(self, index):
+        return subprocess.Popen([sys.executable, "-c", SERVE_PS, json.dumps(self.spec),
+                                 str(index)])
+
+    def restart(self, index):
+        self.ps[index].kill()
+        self.ps[index].wait()
+        self.ps[index] = self._start(index)
+
+    def stop(self):
+        for proc in self.ps:
+            proc.kill()
+            proc.wait()
+
+
+def build():
+    graph = tf.Graph()
+    with graph.as_default():
+        with replica.local_copies("/job:worker/task:0"):
+            with tf.compat.v1.device("/job:ps/task:0"):
+                global_step = tf.compat.v1.train.get_or_create_global_step()
+                v0 = tf.Variable(tf.zeros([100]), name="v0")
+            with tf.compat.v1.device("/job:ps/task:1"):
+                v1 = tf.Variable(tf.ones([10]), name="v1")
+        with tf.compat.v1.device("/job:worker/task:0"):
+            grads = [tf.fill([100], 0.5), tf.fill([10], 0.25)]
+            opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), 1, 1,
+                                        compressor=Float32())
+            train_op = opt.apply_gradients(zip(grads, [v0, v1]), global_step=global_step)
+    return graph, opt, train_op, global_step
+
+
+def pull_log_of(opt, ps):
+    channels = opt._built.channels  # pylint: disable=protected-access
+    return next(c.log for c in channels
+                if tf.DeviceSpec.from_string(c.device).task == ps and c.log is not None)
+
+
+def trained(sess, opt, train_op, global_step):
+    """STEPS_BEFORE steps; with no initial token (the hook's num_tokens=0)
+    each step waits for its own update, so the chief's copy is then the
+    server's model."""
+    for _ in range(STEPS_BEFORE):
+        sess.run(train_op)
+    assert sess.run([opt.local_version, global_step]) == [STEPS_BEFORE] * 2
+
+
+@pytest.mark.parametrize("killed", [1, 0], ids=["global_step_survives", "pull_log_survives"])
+def test_restore_names_the_update_the_chief_had_not_pulled(killed, capfd):
+    c = Cluster()
+    try:
+        graph, opt, train_op, global_step = build()
+        with graph.as_default():
+            hook = opt.make_session_run_hook(True, num_tokens=0)
+            survivor = 1 - killed
+            ahead = (global_step.assign_add(1) if survivor == 0
+                     else pull_log_of(opt, survivor).insert(
+                         tf.constant([STEPS_BEFORE + 1], tf.int64), tf.constant([""])))
+            with training_session(c.worker.target, True, [hook]) as sess:
+                trained(sess, opt, train_op, global_step)
+                with tf.compat.v1.Session(c.worker.target) as raw:
+                    raw.run(ahead)  # an update the chief has not pulled: step STEPS_BEFORE + 1
+                capfd.readouterr()
+                c.restart(killed)
+                sess.run(train_op)  # fails on the killed PS; the new session restores
+                restored = re.search(
+                    r"model restored at step (\d+) from the chief's local copy[^\n]*; the "
+                    r"surviving parameter servers were at step (\d+): the model went back "
+                    r"1 step \(updates the chief had not pulled yet", capfd.readouterr().out)
+                assert restored, "the restore line does not name the update that went back"
+                assert [int(s) for s in restored.groups()] == [STEPS_BEFORE, STEPS_BEFORE + 1]
+                assert sess.run(global_step) == STEPS_BEFORE + 1  # one step on from the copy
+    finally:
+        c.stop()
+
+
+def test_no_update_named_when_the_chief_copy_is_the_newest(capfd):
+    c = Cluster()
+    try:
+        graph, opt, train_op, global_step = build()
+        with graph.as_default():
+            hook = opt.make_session_run_hook(True, num_tokens=0)
+            with training_session(c.worker.target, True, [hook]) as sess:
+                trained(sess, opt, train_op, global_step)
+                capfd.readouterr()
+                c.restart(1)
+                sess.run(train_op)
+                out = capfd.readouterr().out
+                assert f"model restored at step {STEPS_BEFORE} from the chief's local copy" in out
+                assert "went back" not in out and "surviving" not in out
+                assert sess.run(global_step) == STEPS_BEFORE + 1
+    finally:
+        c.stop()
