@@ -8,7 +8,17 @@ from tlc.optimizer.records import Update
 
 
 def build_update(shared, channels, pushes, variable_averages, variables_to_average):
-    """pushes: each channel's records.ChannelPush. Returns records.Update."""
+    """pushes: each channel's records.ChannelPush. Returns records.Update.
+
+    Built with no control inputs of the caller's: apply_gradients may run
+    under the user's (UPDATE_OPS around minimize()), and the chief's update
+    runs in its own session: it must not run the forward pass or the
+    statistics' updates (nor take a batch from an input pipeline)."""
+    with tf.control_dependencies(None):
+        return _build_update(shared, channels, pushes, variable_averages, variables_to_average)
+
+
+def _build_update(shared, channels, pushes, variable_averages, variables_to_average):
     gs, server, config = shared.global_step, shared.server, shared.config
     aggregated = [pair for pushed in pushes for pair in pushed.aggregated]
     with tf.device(gs.device), tf.name_scope(""):

@@ -27,7 +27,10 @@ class Channel:
         # The pull log (not saved), keyed by step.
         self.log = None
         if self.pulled:
-            with tf.device(self.device):
+            # Made with no control inputs: apply_gradients may run under the
+            # user's (UPDATE_OPS around minimize()), and the chief's update
+            # and the init op use the log: they would run the forward pass.
+            with tf.device(self.device), tf.control_dependencies(None):
                 self.log = _shared_table(
                     "tlc_pull_log_" + self.device.strip("/").replace("/", "_").replace(":", "_"))
 
