@@ -6,11 +6,11 @@ session and finds the PS's variables uninitialised, it restores them from the
 newest source: the latest checkpoint, or its own local copy (pushed back to
 the PS as master and shadow; optimizer slots then restart at zero). A PS that
 still holds its model keeps it. The chief's copy can lack the updates it has
-not pulled yet (one at most without backup workers: a PS killed after another
-worker pulled an update and before the chief did); when the global step's PS
-survived (the global step or a pull log on a PS that was not restarted shows
-it), the chief says how many updates went back with the model. Only a cluster that never trained starts from
-a fresh initialisation; a worker that sees the model go back tells how many
+not pulled yet (one at most without backup workers: a PS killed after an
+update and before the chief pulled it); when a PS that was not restarted
+shows a newer step (its global step or pull log), the chief says how many
+steps the model went back. Only a cluster that never trained starts from a
+fresh initialisation; a worker that sees the model go back tells how many
 steps were lost, and stops if the model went back to step 0.
 
 Traffic counters live outside the local-variable collection, so a re-created
