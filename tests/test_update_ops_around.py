@@ -62,16 +62,20 @@ def test_session_side_ops_do_not_run_the_update_ops(updates_around):
     assert counted.op in ancestors(step)  # the step itself still runs it
 
 
-def test_update_ops_run_once_per_step():
+def test_update_ops_run_once_per_step(tmp_path):
     workers, _ = create_local_cluster(1, 1)
     graph, opt, train_op, runs, _ = build(True)
     with graph.as_default():
-        hook = opt.make_session_run_hook(True, num_tokens=0)
-        with tf.compat.v1.train.MonitoredTrainingSession(master=workers[0].target, is_chief=True,
-                                                         hooks=[hook]) as sess:
+        # Checkpoints every 2 steps: the saves run none of them either.
+        hook = opt.make_session_run_hook(True, num_tokens=0, checkpoint_dir=str(tmp_path),
+                                         save_checkpoint_steps=2)
+        with tf.compat.v1.train.MonitoredTrainingSession(
+                master=workers[0].target, is_chief=True, hooks=[hook],
+                checkpoint_dir=str(tmp_path), save_checkpoint_steps=2) as sess:
             for _ in range(STEPS):
                 sess.run(train_op)
             # No initial token: each step waited for its own update, so the
             # chief's update has run STEPS times (and begun once more).
             assert sess.run(tf.compat.v1.train.get_global_step()) == STEPS
             assert sess.run(runs) == STEPS
+            assert tf.train.latest_checkpoint(str(tmp_path)), "no checkpoint saved during the steps"
