@@ -179,10 +179,10 @@ def test_a_read_of_a_statistic_after_its_update_still_waits():
             after = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.float32)
         other = tf.constant(1.0).op
         other._add_control_inputs([writes[0]])  # pylint: disable=protected-access
-    opt._built.statistics_wait_in_replies()  # pylint: disable=protected-access
+    opt.statistics_wait_in_replies()
     assert writes[0] in after.op.control_inputs
     assert writes[0] not in other.control_inputs
-    reply = opt._built.step.replies[0].op  # pylint: disable=protected-access
+    reply = opt.channels_built[0].reply.op
     waiting = [op for op in graph.get_operations() if writes[0] in op.control_inputs]
     assert reply in waiting and after.op in waiting
     # Besides the reply, only reads of the statistic (the model's own too).
@@ -331,3 +331,22 @@ def test_a_server_holding_only_statistics_gets_its_channel():
     assert any("moving_mean" in " ".join(names) for names in servers.values()), servers
     gates = [view for view in opt.variables_built.values() if view.round_gate]
     assert [view.entry.name for view in gates] == ["w"]
+
+
+def test_the_channel_view_agrees_with_the_variable_view():
+    """channels_built: one view per PS, the global step's first; each
+    variable's push bucket and pull log as the variable view has them."""
+    graph, opt, _ = _build("resnet20", 0, 2)
+    with graph.as_default():
+        views, by_ps = opt.variables_built, opt.channels_built
+    assert [v.device for v in by_ps] == [d for d, _ in opt.channels]
+    gs_device = replica.host_device(tf.compat.v1.train.get_global_step(graph).device)
+    assert by_ps[0].device == gs_device
+    for channel in by_ps:
+        assert channel.reply.device.startswith(channel.device)
+        for i, bucket in enumerate(channel.push_buckets):
+            assert all(views[name].push_bucket == i for name in bucket)
+        pushed = sorted(n for b in channel.push_buckets for n in b)
+        assert pushed == sorted(n for n in channel.variables if views[n].push_parts is not None)
+        assert (channel.pull_log is None) == (not any(views[n].entry.is_pulled
+                                                      for n in channel.variables))

@@ -72,9 +72,8 @@ def build():
 
 
 def pull_log_of(opt, ps):
-    channels = opt._built.channels  # pylint: disable=protected-access
-    return next(c.log for c in channels
-                if tf.DeviceSpec.from_string(c.device).task == ps and c.log is not None)
+    return next(c.pull_log for c in opt.channels_built
+                if tf.DeviceSpec.from_string(c.device).task == ps and c.pull_log is not None)
 
 
 def trained(sess, opt, train_op, global_step):

@@ -97,3 +97,22 @@ def variable_views(entries, pushes, update):
             round_gate=any(p.gate == e.name for p in pushes),
             pull_payload=payloads.get(e.name))
     return views
+
+
+@dataclasses.dataclass(frozen=True)
+class ChannelView:
+    """What was built for one parameter server (the optimizer's debug view:
+    SyncReplicasOptimizer.channels_built)."""
+    device: str                      # the PS
+    variables: List[str]             # names of the variables it holds
+    push_buckets: List[List[str]]    # variable names per push message, in sending order
+    pull_log: Any                    # its step -> message table (None: nothing pulled)
+    reply: Any                       # the reply a worker reads after its token, on the PS
+
+
+def channel_views(channels, step):
+    """[ChannelView] from the channels and the step's records, the global step's PS first."""
+    return [ChannelView(device=c.device, variables=[e.name for e in c.entries],
+                        push_buckets=[list(b) for b in pushed.buckets],
+                        pull_log=c.log, reply=reply)
+            for c, pushed, reply in zip(channels, step.pushes, step.replies)]

@@ -282,6 +282,20 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
         return [(c.device, [e.name for e in c.entries])
                 for c in self._require_applied("channels").channels]
 
+    @property
+    def channels_built(self):
+        """[records.ChannelView]: what apply_gradients built for each
+        parameter server (push messages, pull log, reply). A read-only view
+        for tests and debugging."""
+        built = self._require_applied("channels_built")
+        return records.channel_views(built.channels, built.step)
+
+    def statistics_wait_in_replies(self):
+        """Ops made since apply_gradients() that wait for a PS-kept
+        statistic's update wait for the step's reply on that PS instead
+        (tlc/statistic_updates.py). The hook does this when a session starts."""
+        self._require_applied("statistics_wait_in_replies").statistics_wait_in_replies()
+
     def _require_applied(self, what):
         if self._built is None:
             raise ValueError(f"{what}() should be called after apply_gradients().")
