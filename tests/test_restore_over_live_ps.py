@@ -14,11 +14,12 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from local_cluster import free_port
-from tlc import Float32, SyncReplicasOptimizer, replica
+from tlc import Float32, SyncReplicasOptimizer, ThreeLC, replica
 from tlc.session import training_session
 
 pytestmark = pytest.mark.cluster
@@ -129,5 +130,82 @@ def test_no_update_named_when_the_chief_copy_is_the_newest(capfd):
                 assert f"model restored at step {STEPS_BEFORE} from the chief's local copy" in out
                 assert "went back" not in out and "surviving" not in out
                 assert sess.run(global_step) == STEPS_BEFORE + 1
+    finally:
+        c.stop()
+
+
+def momentum_oracle(start, grad, steps, lr, momentum):
+    """TF's own MomentumOptimizer on a plain variable: (value, slot) after
+    `steps` steps of `grad` from `start`, the slot starting at zero."""
+    graph = tf.Graph()
+    with graph.as_default():
+        var = tf.Variable(start)
+        opt = tf.compat.v1.train.MomentumOptimizer(lr, momentum)
+        step = opt.apply_gradients([(tf.constant(grad), var)])
+        slot = opt.get_slot(var, "momentum")
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(steps):
+                sess.run(step)
+            return sess.run([var, slot])
+
+
+def test_a_surviving_ps_keeps_its_slots_and_what_its_pulls_had_not_sent(capfd):
+    """PS 1 restarts, PS 0 survives at the chief's step: PS 0 keeps its
+    momentum and its masters (with the residual its compressed pulls have not
+    sent, master != shadow), so its next step is TF's Momentum from where it
+    was; PS 1 takes the chief's copy and starts its momentum at zero.
+    Before, the restore put the chief's copy (the shadow) on both and zeroed
+    every slot."""
+    lr, momentum = 0.1, 0.9
+    grads = [np.linspace(-1.0, 2.0, 100).astype(np.float32),
+             np.linspace(0.5, -0.3, 10).astype(np.float32)]
+    c = Cluster()
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            with replica.local_copies("/job:worker/task:0"):
+                with tf.compat.v1.device("/job:ps/task:0"):
+                    global_step = tf.compat.v1.train.get_or_create_global_step()
+                    v0 = tf.Variable(tf.zeros([100]), name="v0")
+                with tf.compat.v1.device("/job:ps/task:1"):
+                    v1 = tf.Variable(tf.ones([10]), name="v1")
+            with tf.compat.v1.device("/job:worker/task:0"):
+                inner = tf.compat.v1.train.MomentumOptimizer(lr, momentum)
+                opt = SyncReplicasOptimizer(inner, 1, 1, compressor=Float32(),
+                                            pull_compressor=ThreeLC(1.0), compress_threshold=0)
+                train_op = opt.apply_gradients(
+                    zip([tf.constant(g) for g in grads], [v0, v1]), global_step=global_step)
+            views = opt.variables_built
+            m0, m1 = (views[n].entry.master for n in ("v0", "v1"))
+            c1 = views["v1"].entry.local
+            s0, s1 = (views[n].entry.shadow for n in ("v0", "v1"))
+            slots = [inner.get_slot(m, "momentum") for m in (m0, m1)]
+            hook = opt.make_session_run_hook(True, num_tokens=0)
+            with training_session(c.worker.target, True, [hook]) as sess:
+                trained(sess, opt, train_op, global_step)
+                with tf.compat.v1.Session(c.worker.target) as raw:
+                    master0, shadow0, copy1 = raw.run([m0, s0, c1])
+                assert not np.array_equal(master0, shadow0)  # a residual to keep
+                capfd.readouterr()
+                c.restart(1)
+                sess.run(train_op)  # fails on PS 1; the new session restores, then steps
+                out = capfd.readouterr().out
+                assert (f"model restored at step {STEPS_BEFORE} from the chief's local copy"
+                        in out), out
+                assert "(1 variable re-initialised; the others kept theirs)" in out, out
+                assert sess.run(global_step) == STEPS_BEFORE + 1
+                with tf.compat.v1.Session(c.worker.target) as raw:
+                    after = raw.run([m0, slots[0], m1, slots[1]])
+                assert opt.local_copy_check(sess)["equal"] is True
+        # PS 0: STEPS_BEFORE + 1 steps of TF's Momentum, uninterrupted.
+        want0, slot0 = momentum_oracle(np.zeros(100, np.float32), grads[0], STEPS_BEFORE + 1,
+                                       lr, momentum)
+        np.testing.assert_array_equal(after[0], want0)
+        np.testing.assert_array_equal(after[1], slot0)
+        # PS 1: one step from the chief's copy, momentum from zero.
+        want1, slot1 = momentum_oracle(copy1, grads[1], 1, lr, momentum)
+        np.testing.assert_array_equal(after[2], want1)
+        np.testing.assert_array_equal(after[3], slot1)
     finally:
         c.stop()

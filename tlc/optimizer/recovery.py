@@ -4,8 +4,13 @@ Every worker holds a copy of the model (bit-identical to the PS's shadow for
 compressed tensors) and knows its version. When the chief (re)creates its
 session and finds the PS's variables uninitialised, it restores them from the
 newest source: the latest checkpoint, or its own local copy (pushed back to
-the PS as master and shadow; optimizer slots then restart at zero). A PS that
-still holds its model keeps it. The chief's copy can lack the updates it has
+the restarted PS as master and shadow; that PS's optimizer slots then restart
+at zero). A PS that still holds its model keeps it: its masters (with what
+their compressed pulls have not yet sent), shadows and slots are left as they
+are, unless the model has to go back a step (below), which takes its masters
+and shadows back to the chief's copy too. (Reference variables, TF1's kind,
+cannot be assigned conditionally: those get the copy, or their initial
+value, on every PS.) The chief's copy can lack the updates it has
 not pulled yet (one at most without backup workers: a PS killed after an
 update and before the chief pulled it); when a PS that was not restarted
 shows a newer step (its global step or pull log), the chief says how many
@@ -62,6 +67,8 @@ class Recovery:
             self._restored_at = state.persistent_variable(-1, tf.int64, "tlc_copy_restored_at")
             # Global step a surviving PS held when the copy went over it (-1: none).
             self._restored_over = state.persistent_variable(-1, tf.int64, "tlc_copy_restored_over")
+            # Variables the restore started afresh (optimizer slots of restarted PS).
+            self._restored_fresh = state.persistent_variable(0, tf.int64, "tlc_copy_restored_fresh")
             self._take_restored_at = tf.group(self._restored_at.assign(-1, read_value=False),
                                               self._restored_over.assign(-1, read_value=False))
             persistent = tf.compat.v1.get_collection(state.PERSISTENT)
@@ -90,8 +97,6 @@ class Recovery:
                                lambda: worker.local_version.read_value() > 0)
         copies = {e.master.name: e.local for e in entries if e.has_local_copy}
         model = tf.compat.v1.global_variables()
-        self._restarted_fresh = sorted(v.op.name for v in model if v.name not in copies
-                                       and v is not shared.global_step)
         self._server_uninitialised = tf.compat.v1.report_uninitialized_variables(model)
         # A reference variable (TF1's kind) cannot be assigned inside a cond's
         # branch (a function): it gets its copy's value, or its initial one,
@@ -129,21 +134,22 @@ class Recovery:
         return self.init_op
 
     def _restore_ops(self, shared, entries, model, copies, live_step):
-        """Master and shadow from the chief's local copy, the global step from
-        its version, tlc's PS counters to match; the rest of `model` (resource
-        variables: optimizer slots) afresh. The shadows become ready last:
-        workers wait for that."""
+        """On restarted parameter servers: master and shadow from the chief's
+        local copy, the rest of `model` (resource variables: optimizer slots)
+        afresh. On the others the same masters and shadows only if the model
+        goes back (live_step ahead of the copy); their slots stay. The global
+        step from the copy's version, tlc's PS counters to match. The shadows
+        become ready last: workers wait for that."""
         gs, server = shared.global_step, shared.server
         local_version = shared.worker.local_version.read_value()
+        goes_back = live_step > tf.cast(local_version, tf.int64)
         restore = []
         for entry in entries:
             if not entry.has_local_copy:
                 continue
-            value = entry.local.read_value()
-            with tf.device(entry.master.device):
-                for target in (entry.master, entry.shadow):
-                    if target is not None and resource_variable_ops.is_resource_variable(target):
-                        restore.append(target.assign(value, read_value=False))
+            for target in (entry.master, entry.shadow):
+                if target is not None and resource_variable_ops.is_resource_variable(target):
+                    restore.append(_unless_kept(target, goes_back, entry.local.read_value))
         num_compressed = sum(1 for e in entries if e.shadow is not None)
         with tf.device(gs.device):
             step = tf.cast(local_version, gs.dtype.base_dtype)
@@ -156,8 +162,12 @@ class Recovery:
                         # One pull compression per compressed variable per step.
                         server.pull_compressions.assign(local_version * num_compressed,
                                                         read_value=False)]
-        restore += [v.assign(v.initial_value, read_value=False)
-                    for v in model if v.name not in copies and v is not gs]
+        fresh = [_unless_kept(v, False, lambda v=v: v.initial_value)
+                 for v in model if v.name not in copies and v is not gs]
+        restore += fresh
+        restore.append(self._restored_fresh.assign(
+            tf.add_n([tf.constant(0, tf.int64)] + [tf.cast(f, tf.int64) for f in fresh]),
+            read_value=False))
         restore.append(self._restored_at.assign(local_version, read_value=False))
         restore.append(self._restored_over.assign(live_step, read_value=False))
         with tf.control_dependencies(restore), tf.device(gs.device):
@@ -204,7 +214,8 @@ class Recovery:
     def say_restored_from_copy(self, session, checkpoint_dir=None):
         """Chief, after session creation: one line if the init op put its
         local copy on the parameter servers."""
-        at, over = (int(v) for v in session.run([self._restored_at, self._restored_over]))
+        at, over, fresh = (int(v) for v in session.run(
+            [self._restored_at, self._restored_over, self._restored_fresh]))
         if at < 0:
             return
         session.run(self._take_restored_at)
@@ -213,8 +224,10 @@ class Recovery:
             f"{_steps(over - at)} (updates the chief had not pulled yet; their gradients "
             f"are lost)")
         print(f"tlc: parameter servers were restarted: model restored at step {at} from "
-              f"the chief's local copy; optimizer slots restarted at zero "
-              f"({len(self._restarted_fresh)} variables re-initialised){lost}", flush=True)
+              f"the chief's local copy; optimizer slots restarted at zero on the restarted "
+              f"servers ({fresh} variable{'' if fresh == 1 else 's'} re-initialised; the others "
+              f"kept theirs){lost}",
+              flush=True)
 
 
 def _live_step(global_step, pull_logs):
@@ -233,6 +246,20 @@ def _live_step(global_step, pull_logs):
             steps, _ = log.export()  # only the maximum leaves the PS
             newest.append(tf.reduce_max(tf.concat([steps, tf.constant([-1], tf.int64)], 0)))
     return tf.reduce_max(tf.stack(newest))
+
+
+def _unless_kept(variable, goes_back, value):
+    """Assigns value() to `variable` unless its PS kept it (it is initialised)
+    and the model does not go back. Returns whether it assigned (bool)."""
+    with tf.device(variable.device):
+        kept = tf.logical_and(tf.compat.v1.is_variable_initialized(variable),
+                              tf.logical_not(goes_back))
+
+        def assign():
+            with tf.control_dependencies([variable.assign(value(), read_value=False)]):
+                return tf.constant(True)
+
+        return tf.cond(kept, lambda: tf.constant(False), assign)
 
 
 def _read_if(condition, variable):
