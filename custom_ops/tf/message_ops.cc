@@ -1,6 +1,9 @@
 // Op definitions of the step message (format: custom_ops/core/message.h,
 // docs/FORMAT.md). Kernels are in message_kernels.cc, Python wrappers in
 // tlc/message.py.
+#include <string>
+
+#include "../core/message.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
@@ -8,11 +11,25 @@ namespace tlc {
 
 using ::tensorflow::shape_inference::InferenceContext;
 
+namespace {
+
+// A graph asking for more parts than a message can hold fails when it is
+// built (the kernels check again, for graphs made without shape inference).
+::absl::Status CheckParts(int64_t parts, const std::string& what) {
+  if (parts <= static_cast<int64_t>(message::kMaxParts)) return ::absl::Status();
+  return ::absl::InvalidArgumentError(
+      "tlc: " + what + "a step message holds at most " + std::to_string(message::kMaxParts) +
+      " parts, got " + std::to_string(parts));
+}
+
+}  // namespace
+
 REGISTER_OP("TlcPackMessage")
     .Input("parts: N * uint8")
     .Attr("N: int >= 0")
     .Output("message: uint8")
     .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(CheckParts(c->num_inputs(), ""));
       c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
       return ::absl::Status();
     });
@@ -27,6 +44,9 @@ REGISTER_OP("TlcUnpackMessage")
     .Attr("item_bytes: list(int) = []")
     .Output("parts: num_parts * uint8")
     .SetShapeFn([](InferenceContext* c) {
+      std::string what;
+      TF_RETURN_IF_ERROR(c->GetAttr("what", &what));
+      TF_RETURN_IF_ERROR(CheckParts(c->num_outputs(), what + ": "));
       for (int i = 0; i < c->num_outputs(); ++i) {
         c->set_output(i, c->Vector(InferenceContext::kUnknownDim));
       }
