@@ -16,10 +16,10 @@ pytestmark = pytest.mark.cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACED = 3
-# A traced step whose push transfer TF's stats leave out (seen now and then on
-# a busy machine) is named in one line and left out of the figures; each
-# worker must still give phases for most of its traced steps.
-MIN_RECORDED = TRACED - 1
+# Every traced step gives phases: one whose push transfers TF's RPC log of the
+# PS missed (two of three of a worker's steps once in CI) reads them from the
+# ops around them (trace._transfers_from_ops).
+MIN_RECORDED = TRACED
 PS = "/job:ps/replica:0/task:0/"
 
 
@@ -78,8 +78,13 @@ def test_phases_come_in_order_and_match_the_trace(traced_run):
             with open(logdir / name, encoding="utf-8") as f:
                 events = json.load(f)["traceEvents"]
             pids = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
-            ends = [e["ts"] + e["dur"] for e in events if e.get("name") == "RecvTensor"
-                    and PS in pids[e["pid"]]]
+            if record["transfers_from"] == "rpc_log":
+                ends = [e["ts"] + e["dur"] for e in events if e.get("name") == "RecvTensor"
+                        and PS in pids[e["pid"]]]
+            else:  # the last push message's unpack on the PS
+                assert record["transfers_from"] == "ops", record
+                ends = [e["ts"] for e in events if e.get("name") == "TlcUnpackMessage"
+                        and PS in pids[e["pid"]]]
             assert min(abs(end / 1e6 - record["sent"]) for end in ends) < 2e-6, (index, name)
             # Every gradient is in before the reply: the reply waits for the round, and the
             # round for this worker's last push message (the first layers' bucket). A gradient
@@ -175,7 +180,17 @@ def test_nodes_are_classified_by_name_and_by_the_reply():
     got = trace.phases(nodes, 1)
     assert got == {"compute": [[1.0, 6.0]], "push": [[5.0, 8.0]],
                    "wait": [[8.0, 9.5]], "pull": [[9.5, 9.6], [9.7, 9.8]],
-                   "sending": 7.5, "sent": 8.0, "received": 9.5}
+                   "sending": 7.5, "sent": 8.0, "received": 9.5, "transfers_from": "rpc_log"}
     assert trace.wire_under_compute([[got]])["under_compute_ms"] == pytest.approx(1000)
     with pytest.raises(ValueError, match="worker 0: no tlc push"):
         trace.phases(nodes, 0)  # not this worker's step
+    # The PS's RPC log missed the transfer: from the pack's end to the unpack's start.
+    unlogged = [n for n in nodes if not (n[0] == ps and n[1] == "RecvTensor")]
+    with pytest.raises(ValueError, match="worker 1: the traced step has no push message's"):
+        trace.phases(unlogged, 1)
+    unpack = "tlc_sync_replicas/TlcUnpackMessage"
+    unlogged.append((ps, unpack, f"{unpack} = TlcUnpackMessage({pack}_S105)", 7.9, 8.0))
+    got = trace.phases(unlogged, 1)
+    assert got == {"compute": [[1.0, 6.0]], "push": [[5.0, 7.9]],
+                   "wait": [[7.9, 9.5]], "pull": [[9.5, 9.6], [9.7, 9.8]],
+                   "sending": 7.5, "sent": 7.9, "received": 9.5, "transfers_from": "ops"}

@@ -33,8 +33,12 @@ and replay.py's reply):
 
 Ops of the optimizer before the reply that are none of these (time stamps,
 byte counts) are left out: microseconds each. Now and then (a busy machine)
-TF's stats of a traced step hold no push transfer; that step is named in one
-line and left out of the figures (its Chrome trace is still written).
+TF's stats of a traced step hold no push transfer (the PS's RPC log missed
+it); the transfers are then read from the ops around them: each message's
+TlcPackMessage end on the worker to a TlcUnpackMessage start on the PS
+(`transfers_from` in the step's record says which). A step with neither is
+named in one line and left out of the figures (its Chrome trace is still
+written).
 """
 import os
 
@@ -42,6 +46,7 @@ WARM_UP = 5  # steps of each worker before the traced ones (start-up, first full
 PHASES = ("compute", "push", "wait", "pull")
 _RECV = "RecvTensor"
 _PACK = "= TlcPackMessage("
+_UNPACK = "= TlcUnpackMessage("
 _ENCODE_SCOPE = "tlc_encode_push/"
 _OPTIMIZER_MARK = "tlc_"
 
@@ -113,6 +118,9 @@ def phases(nodes, index):
     transfers = [(start, end) for device, name, label, start, end in nodes
                  if name == _RECV and device.startswith("/job:ps/") and from_worker in label
                  and _tensor_of(label) in packs]
+    source = "rpc_log"
+    if not transfers:
+        transfers, source = _transfers_from_ops(own, nodes), "ops"
     if not transfers:
         raise ValueError(f"worker {index}: the traced step has no push message's transfer")
     first_transfer = min(start for start, _ in transfers)
@@ -132,8 +140,25 @@ def phases(nodes, index):
     out["push"] += [list(t) for t in transfers]
     out["wait"] = [[sent, received]]
     out = {phase: union(intervals) for phase, intervals in out.items()}
-    out.update(sending=first_transfer, sent=sent, received=received)
+    out.update(sending=first_transfer, sent=sent, received=received, transfers_from=source)
     return out
+
+
+def _transfers_from_ops(own, nodes):
+    """The push messages' transfers when TF's RPC log of the PS lacks them:
+    each from its TlcPackMessage's end on the worker (the PS asked for it at
+    the step's start) to the start of a TlcUnpackMessage on a PS (it runs
+    once its message is in), in order. TF turns the PS's RPC log on with a
+    call it does not wait for, so a step's RunGraph can reach the PS first
+    and its transfers go unlogged (two in three traced steps of a worker
+    were seen so); the PS's own ops are always in its step stats."""
+    ready = sorted(end for _, _, label, _, end in own if _PACK in label)
+    unpacked = sorted(start for device, _, label, start, _ in nodes
+                      if device.startswith("/job:ps/") and _UNPACK in label
+                      and start >= ready[0])
+    if len(unpacked) != len(ready):
+        return [(ready[0], unpacked[-1])] if unpacked else []
+    return list(zip(ready, unpacked))
 
 
 def _tensor_of(label):
