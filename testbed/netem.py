@@ -107,6 +107,29 @@ def parse_rate(rate):
     return int(bits)
 
 
+class AtStep(int):
+    """A rate change due when the chief has printed this step ('@30:10mbit')."""
+
+
+def parse_rate_changes(text):
+    """'60:10mbit,120:1gbit' -> [(60.0, '10mbit'), (120.0, '1gbit')] (seconds after
+    launch), or '@30:10mbit' -> [(AtStep(30), '10mbit')] (chief's step); checked."""
+    changes = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        when, sep, rate = item.partition(":")
+        try:
+            trigger = AtStep(when[1:]) if when.startswith("@") else float(when)
+        except ValueError:
+            trigger = -1.0
+        if not sep or not trigger >= 0:
+            raise ValueError(f"expected seconds:rate or @step:rate (e.g. 60:10mbit), got {item!r}")
+        parse_rate(rate)  # raises ValueError on a bad rate
+        changes.append((trigger, rate))
+    if len({isinstance(t, AtStep) for t, _ in changes}) > 1:
+        raise ValueError("give every change in seconds or every change as @step, not both")
+    return sorted(changes)
+
+
 def parse_delay(delay):
     """Microseconds for a delay ("1ms", "500us", or seconds as a number), None if none."""
     if delay is None or (isinstance(delay, str) and delay.strip() == ""):

@@ -60,12 +60,12 @@ def test_3lc_sparsity_follows_a_tight_budget(tmp_path):
 
 
 def test_rate_changes_parse_and_sort():
-    assert launcher.parse_rate_changes("60:10mbit, 5:1gbit") == [(5.0, "1gbit"), (60.0, "10mbit")]
-    changes = launcher.parse_rate_changes("@40:10mbit, @20:1gbit")
+    assert netem.parse_rate_changes("60:10mbit, 5:1gbit") == [(5.0, "1gbit"), (60.0, "10mbit")]
+    changes = netem.parse_rate_changes("@40:10mbit, @20:1gbit")
     assert changes == [(20, "1gbit"), (40, "10mbit")]
-    assert all(isinstance(when, launcher.AtStep) for when, _ in changes)
+    assert all(isinstance(when, netem.AtStep) for when, _ in changes)
     with pytest.raises(ValueError, match="not both"):
-        launcher.parse_rate_changes("@40:10mbit, 20:1gbit")
+        netem.parse_rate_changes("@40:10mbit, 20:1gbit")
 
 
 def chief_log_rate(logdir, min_step):

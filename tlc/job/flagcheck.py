@@ -168,7 +168,6 @@ def errors(flags):
 def _netem_errors(flags):
     """The testbed's rate, delay and rate changes, parsed as the launcher will."""
     from testbed import netem  # pylint: disable=import-outside-toplevel
-    from tlc.job import launcher  # pylint: disable=import-outside-toplevel
     found = []
     for flag, parse in (("netem_rate", netem.parse_rate), ("netem_delay", netem.parse_delay)):
         value = getattr(flags, flag)
@@ -180,7 +179,7 @@ def _netem_errors(flags):
             found.append(f"--{flag} must be {ALLOWED[flag]}, got {value}")
     if flags.netem_rate_changes:
         try:
-            launcher.parse_rate_changes(flags.netem_rate_changes)
+            netem.parse_rate_changes(flags.netem_rate_changes)
         except ValueError as e:
             found.append(f"--netem_rate_changes: {e}")
     for flag in ("netem_rate_changes", "netem_delay"):

@@ -159,30 +159,6 @@ def _signal_name(number):
         return f"signal {number}"
 
 
-class AtStep(int):
-    """A rate change due when the chief has printed this step ('@30:10mbit')."""
-
-
-def parse_rate_changes(text):
-    """'60:10mbit,120:1gbit' -> [(60.0, '10mbit'), (120.0, '1gbit')] (seconds after
-    launch), or '@30:10mbit' -> [(AtStep(30), '10mbit')] (chief's step); checked."""
-    from testbed import netem  # pylint: disable=import-outside-toplevel
-    changes = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        when, sep, rate = item.partition(":")
-        try:
-            trigger = AtStep(when[1:]) if when.startswith("@") else float(when)
-        except ValueError:
-            trigger = -1.0
-        if not sep or not trigger >= 0:
-            raise ValueError(f"expected seconds:rate or @step:rate (e.g. 60:10mbit), got {item!r}")
-        netem.parse_rate(rate)  # raises ValueError on a bad rate
-        changes.append((trigger, rate))
-    if len({isinstance(t, AtStep) for t, _ in changes}) > 1:
-        raise ValueError("give every change in seconds or every change as @step, not both")
-    return sorted(changes)
-
-
 def printed_step(logdir):
     """The last step the chief has printed in its log (0 if none yet)."""
     try:
@@ -198,8 +174,10 @@ def _schedule_rate_changes(net, text, start, done, logdir):
     {time, step, rate} to `done`; returns a stop function."""
     stop = threading.Event()
 
+    from testbed import netem  # pylint: disable=import-outside-toplevel
+
     def due(trigger):  # waits; False if stopped first
-        if isinstance(trigger, AtStep):
+        if isinstance(trigger, netem.AtStep):
             while printed_step(logdir) < trigger:
                 if stop.wait(0.2):
                     return False
@@ -207,7 +185,7 @@ def _schedule_rate_changes(net, text, start, done, logdir):
         return not stop.wait(max(0.0, start + trigger - time.time()))
 
     def run():
-        for trigger, rate in parse_rate_changes(text):
+        for trigger, rate in netem.parse_rate_changes(text):
             if not due(trigger):
                 return
             net.set_rate(rate)
