@@ -149,7 +149,8 @@ class Recovery:
                 continue
             for target in (entry.master, entry.shadow):
                 if target is not None and resource_variable_ops.is_resource_variable(target):
-                    restore.append(_unless_kept(target, goes_back, entry.local.read_value))
+                    restore.append(_unless_kept(target, goes_back,
+                                                lambda e=entry: _read_where_it_lives(e.local)))
         num_compressed = sum(1 for e in entries if e.shadow is not None)
         with tf.device(gs.device):
             step = tf.cast(local_version, gs.dtype.base_dtype)
@@ -260,6 +261,11 @@ def _unless_kept(variable, goes_back, value):
                 return tf.constant(True)
 
         return tf.cond(kept, lambda: tf.constant(False), assign)
+
+
+def _read_where_it_lives(variable):
+    with tf.device(variable.device):
+        return variable.read_value()
 
 
 def _read_if(condition, variable):
