@@ -194,3 +194,11 @@ def test_nodes_are_classified_by_name_and_by_the_reply():
     assert got == {"compute": [[1.0, 6.0]], "push": [[5.0, 7.9]],
                    "wait": [[7.9, 9.5]], "pull": [[9.5, 9.6], [9.7, 9.8]],
                    "sending": 7.5, "sent": 7.9, "received": 9.5, "transfers_from": "ops"}
+    # Two messages, the log holding only the first: both from the ops.
+    second = f"{pack}_1"
+    partly = nodes + [
+        (worker, second, f"{second} = TlcPackMessage(c)", 8.2, 8.3),
+        (ps, unpack, f"{unpack} = TlcUnpackMessage({pack}_S105)", 8.05, 8.1),
+        (ps, f"{unpack}_1", f"{unpack}_1 = TlcUnpackMessage({second}_S107)", 8.6, 8.7)]
+    got = trace.phases(partly, 1)
+    assert (got["transfers_from"], got["sending"], got["sent"]) == ("ops", 7.5, 8.6), got

@@ -33,8 +33,8 @@ and replay.py's reply):
 
 Ops of the optimizer before the reply that are none of these (time stamps,
 byte counts) are left out: microseconds each. Now and then (a busy machine)
-TF's stats of a traced step hold no push transfer (the PS's RPC log missed
-it); the transfers are then read from the ops around them: each message's
+TF's stats of a traced step lack a push transfer (the PS's RPC log missed
+it); the step's transfers are then read from the ops around them: each message's
 TlcPackMessage end on the worker to a TlcUnpackMessage start on the PS
 (`transfers_from` in the step's record says which). A step with neither is
 named in one line and left out of the figures (its Chrome trace is still
@@ -119,7 +119,7 @@ def phases(nodes, index):
                  if name == _RECV and device.startswith("/job:ps/") and from_worker in label
                  and _tensor_of(label) in packs]
     source = "rpc_log"
-    if not transfers:
+    if len(transfers) < len(packs):  # the log missed some or all of them
         transfers, source = _transfers_from_ops(own, nodes), "ops"
     if not transfers:
         raise ValueError(f"worker {index}: the traced step has no push message's transfer")
