@@ -55,7 +55,9 @@ class Cluster:
             proc.wait()
 
 
-def build():
+def build(inner=None, grads=(0.5, 0.25), **options):
+    """v0 (100 values) on PS 0 beside the global step, v1 (10) on PS 1, one
+    worker; grads: a constant or an array per variable."""
     graph = tf.Graph()
     with graph.as_default():
         with replica.local_copies("/job:worker/task:0"):
@@ -65,9 +67,9 @@ def build():
             with tf.compat.v1.device("/job:ps/task:1"):
                 v1 = tf.Variable(tf.ones([10]), name="v1")
         with tf.compat.v1.device("/job:worker/task:0"):
-            grads = [tf.fill([100], 0.5), tf.fill([10], 0.25)]
-            opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), 1, 1,
-                                        compressor=Float32())
+            grads = [tf.constant(g, tf.float32, v.shape) for g, v in zip(grads, (v0, v1))]
+            opt = SyncReplicasOptimizer(inner or tf.compat.v1.train.GradientDescentOptimizer(0.1),
+                                        1, 1, compressor=Float32(), **options)
             train_op = opt.apply_gradients(zip(grads, [v0, v1]), global_step=global_step)
     return graph, opt, train_op, global_step
 
@@ -162,20 +164,10 @@ def test_a_surviving_ps_keeps_its_slots_and_what_its_pulls_had_not_sent(capfd):
              np.linspace(0.5, -0.3, 10).astype(np.float32)]
     c = Cluster()
     try:
-        graph = tf.Graph()
+        inner = tf.compat.v1.train.MomentumOptimizer(lr, momentum)
+        graph, opt, train_op, global_step = build(inner, grads, pull_compressor=ThreeLC(1.0),
+                                                  compress_threshold=0)
         with graph.as_default():
-            with replica.local_copies("/job:worker/task:0"):
-                with tf.compat.v1.device("/job:ps/task:0"):
-                    global_step = tf.compat.v1.train.get_or_create_global_step()
-                    v0 = tf.Variable(tf.zeros([100]), name="v0")
-                with tf.compat.v1.device("/job:ps/task:1"):
-                    v1 = tf.Variable(tf.ones([10]), name="v1")
-            with tf.compat.v1.device("/job:worker/task:0"):
-                inner = tf.compat.v1.train.MomentumOptimizer(lr, momentum)
-                opt = SyncReplicasOptimizer(inner, 1, 1, compressor=Float32(),
-                                            pull_compressor=ThreeLC(1.0), compress_threshold=0)
-                train_op = opt.apply_gradients(
-                    zip([tf.constant(g) for g in grads], [v0, v1]), global_step=global_step)
             views = opt.variables_built
             m0, m1 = (views[n].entry.master for n in ("v0", "v1"))
             c1 = views["v1"].entry.local
