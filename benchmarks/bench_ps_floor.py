@@ -1,0 +1,171 @@
+"""TensorFlow's own floor for a PS worker step of tlc's shape: what one PS
+core pays per worker step for the RPCs alone, with no tlc op on the PS.
+
+tlc's PS serves each worker step with one partition run (a RunGraph), one
+RecvTensor per push bucket (the PS fetches the worker's message) and one the
+worker makes for the reply (docs/scaling/ps_load.md counts them). Here N
+workers in this process, each on its own tf.distribute.Server as in
+benchmarks/bench_ps_load.py, run a stock TF graph with exactly that shape:
+`--buckets` uint8 tensors fed on the worker and read on the PS (a max of
+each, so each crosses), and a uint8 reply that the worker fetches
+from a PS variable, each of the sizes of the small CNN's 3LC messages. No
+token, no accumulate, no update: every worker steps freely. The PS is a plain
+tf.distribute.Server in its own process, configured as the job's PS
+(tlc/job/task.py); the workers' sessions run their graphs as written (no
+grappler: with it, the two pushes crossed as one _Recv). `--extra_nodes K`
+adds a chain of K scalar ops to the PS's partition: the difference is what
+the executor costs per node of a step (tlc's PS partition has ~110). Its CPU-seconds (/proc/<pid>/stat) over a window, divided
+by the worker steps in it, is the floor that no change to tlc's ops can go
+below while a step keeps that many RPCs.
+
+    python3 -m benchmarks.bench_ps_floor --workers 8,16 --rounds 2
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf  # noqa: E402
+
+from benchmarks.bench_scaling import cpu_seconds  # noqa: E402
+from tlc.job import cluster as cl  # noqa: E402
+
+PUSH_BYTES = 40_000   # each of the small CNN's two push buckets (~80 KB a step)
+REPLY_BYTES = 80_000  # its reply
+
+
+def serve_ps(spec):
+    """The PS process: a server configured as the job's, until killed."""
+    tf.compat.v1.disable_eager_execution()
+    config = tf.compat.v1.ConfigProto(device_filters=["/job:ps/task:0"])
+    tf.distribute.Server(tf.train.ClusterSpec(spec), job_name="ps", task_index=0,
+                         config=config).join()
+
+
+class FloorWorker:
+    """One worker: its server, its graph (pushes in, reply out) and session."""
+
+    def __init__(self, spec, index, buckets, extra_nodes=0):
+        own = f"/job:worker/task:{index}"
+        config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", own])
+        # The graph runs as written: grappler would otherwise fold the added
+        # chain, and with it on the two pushes crossed as one _Recv.
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+        self.server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name="worker",
+                                           task_index=index, config=config)
+        graph = tf.Graph()
+        with graph.as_default():
+            with tf.device(own):
+                self.pushes = [tf.compat.v1.placeholder(tf.uint8, (PUSH_BYTES,), f"push{k}")
+                               for k in range(buckets)]
+                pushed = [tf.identity(p) for p in self.pushes]  # leaves from the worker
+            with tf.device("/job:ps/task:0"):
+                reply_var = tf.compat.v1.get_variable(
+                    "reply", initializer=tf.zeros((REPLY_BYTES,), tf.uint8), use_resource=True)
+                # Reads each push's bytes (a size alone is folded from the static shape).
+                got = tf.add_n([tf.cast(tf.reduce_max(p), tf.int32) for p in pushed])
+                for k in range(extra_nodes):  # scalar ops on the PS: the executor's cost per node
+                    got = tf.math.floormod(got * 3 + k, 1_000_003)
+                with tf.control_dependencies([got]):
+                    self.reply = tf.identity(reply_var.read_value())
+            self.init = tf.compat.v1.global_variables_initializer()
+        self.session = tf.compat.v1.Session(self.server.target, graph=graph, config=config)
+        rng = np.random.default_rng(index)
+        self.feed = {p: rng.integers(0, 256, PUSH_BYTES, dtype=np.uint8) for p in self.pushes}
+        self.steps = 0
+
+    def step(self, options=None, metadata=None):
+        self.session.run(self.reply, self.feed, options=options, run_metadata=metadata)
+        self.steps += 1
+
+    def ps_transfers(self):
+        """{op: count} of the _Recv / _Send / _HostSend ops of one step's PS
+        partition (TF's own partition graph): the RPC shape of a step."""
+        metadata = tf.compat.v1.RunMetadata()
+        self.step(tf.compat.v1.RunOptions(output_partition_graphs=True), metadata)
+        counts = {}
+        for graph in metadata.partition_graphs:
+            if all("/job:ps/" in node.device for node in graph.node if node.device):
+                for node in graph.node:
+                    if node.op in ("_Recv", "_Send", "_HostRecv", "_HostSend"):
+                        counts[node.op] = counts.get(node.op, 0) + 1
+        return counts
+
+
+def run_cell(workers, buckets, warmup, window_seconds, extra_nodes=0):
+    spec = cl.local_cluster(1, workers)
+    ps = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_ps_floor",  # pylint: disable=consider-using-with
+                           "--serve_ps", json.dumps(spec)],
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        sim = [FloorWorker(spec, i, buckets, extra_nodes) for i in range(workers)]
+        sim[0].session.run(sim[0].init)
+        for w in sim:
+            for _ in range(warmup):
+                w.step()
+        transfers = sim[0].ps_transfers()
+        stop = threading.Event()
+
+        def drive(w):
+            while not stop.is_set():
+                w.step()
+        threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in sim]
+        for t in threads:
+            t.start()
+        time.sleep(2)  # every thread stepping
+        steps0, cpu0, t0 = sum(w.steps for w in sim), cpu_seconds(ps.pid), time.time()
+        time.sleep(window_seconds)
+        steps1, cpu1, t1 = sum(w.steps for w in sim), cpu_seconds(ps.pid), time.time()
+        stop.set()
+        for t in threads:
+            t.join()
+        for w in sim:
+            w.session.close()
+        n = steps1 - steps0
+        return {"workers": workers, "buckets": buckets, "extra_nodes": extra_nodes, "ps_partition_transfers": transfers,
+                "worker_steps": n,
+                "window_seconds": round(t1 - t0, 2), "load": [round(x, 2) for x in os.getloadavg()],
+                "ps_cpu_ms_per_worker_step": round(1e3 * (cpu1 - cpu0) / n, 3)}
+    finally:
+        ps.kill()
+        ps.wait()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--serve_ps", help=argparse.SUPPRESS)
+    parser.add_argument("--workers", default="8,16")
+    parser.add_argument("--buckets", type=int, default=2, help="push RPCs per worker step")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--extra_nodes", default="0",
+                        help="comma list: scalar ops added to the PS partition (per node cost)")
+    parser.add_argument("--warmup", type=int, default=5, help="steps per worker before the window")
+    parser.add_argument("--window_seconds", type=float, default=20.0)
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    if args.serve_ps:
+        serve_ps(json.loads(args.serve_ps))
+        return 0
+    tf.compat.v1.disable_eager_execution()
+    rows = []
+    for r in range(args.rounds):
+        for workers in [int(w) for w in args.workers.split(",")]:
+            for extra in [int(k) for k in args.extra_nodes.split(",")]:
+                row = dict(run_cell(workers, args.buckets, args.warmup, args.window_seconds,
+                                    extra), round=r)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump({"measured": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""benchmarks/bench_ps_floor.py, smallest: one worker, a short window. The
+figure it exists for (TF's PS CPU per worker step for tlc's RPC shape) is
+printed by the benchmark, not judged here; this checks the shape it claims."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("buckets", [1, 2])
+def test_a_step_has_the_rpc_shape_of_a_tlc_step(tmp_path, buckets):
+    out = tmp_path / "floor.json"
+    subprocess.run([sys.executable, "-m", "benchmarks.bench_ps_floor", "--workers=1",
+                    f"--buckets={buckets}", "--rounds=1", "--warmup=2", "--window_seconds=1",
+                    f"--out={out}"], cwd=ROOT, check=True, timeout=600)
+    row, = json.loads(out.read_text())["rows"]
+    # TF's partition graph of the PS: one receive per push bucket, the reply sent back.
+    assert row["ps_partition_transfers"] == {"_Recv": buckets, "_Send": 1}, row
+    assert row["worker_steps"] > 0
+    assert math.isfinite(row["ps_cpu_ms_per_worker_step"]) and row["ps_cpu_ms_per_worker_step"] >= 0
