@@ -7,8 +7,10 @@ overlap) and tlc as shipped (push buckets: wire under backprop). Every
 configuration runs once per round and rate, rounds interleaved, so the
 ratios come from one run on one machine state.
 
-Per run: the median of the chief's per-step times after the warm-up
-(--log_every=1: one logged point per global step), the chief's compute per
+Per run: the median of the chief's per-step times after the warm-up (from
+its record of every step, worker0_steps.json; the job logs once, at the end:
+until 2026-11-27 it logged every step, which added 1-5 ms per step to both
+sides), the chief's compute per
 step (its time breakdown: forward + backprop, without push and wait), and,
 for tlc at the slowest rate, a traced run's wire under compute (--trace_steps:
 its timeline PNG is copied to --out as timeline_<config>.png).
@@ -41,15 +43,20 @@ def run(args, label, rate, round_index):
     logdir = os.path.join(args.workdir, f"{label}-{rate}-r{round_index}")
     shutil.rmtree(logdir, ignore_errors=True)
     traced = label != "stock_tf" and rate == args.trace_rate and round_index == 0
+    # Logged once, at the end: a logged step costs two more session runs and a
+    # summary flush (1-5 ms a step on either side here), which a job pays once per
+    # --log_every (50) steps, not per step.
     flags = [f"--flagfile=configs/{MODEL}.cfg", *CONFIGS[label], f"--steps={args.steps}",
-             "--log_every=1", "--eval_every=0", "--eval_examples=1000", f"--netem_rate={rate}"]
+             f"--log_every={args.steps}", "--eval_every=0", "--eval_examples=1000",
+             f"--netem_rate={rate}"]
     if traced:
         flags.append("--trace_steps=3")
     summary = jobs.run_job(flags, logdir, timeout=7200)[0]
-    chief = next(w for w in summary["workers"] if w["task"] == 0)
-    points = [p for p in chief["curve"] if p["step"] > WARMUP]
-    steps = [(b["time"] - a["time"]) / (b["step"] - a["step"])
-             for a, b in zip(points, points[1:]) if b["step"] > a["step"]]
+    # The chief's own record of every step (its end time, not a logged point).
+    with open(os.path.join(logdir, "worker0_steps.json"), encoding="utf-8") as f:
+        history = json.load(f)
+    points = [(t, s) for s, t in zip(history["step"], history["seconds"]) if s > WARMUP]
+    steps = [(b - a) / (sb - sa) for (a, sa), (b, sb) in zip(points, points[1:]) if sb > sa]
     worker = (summary.get("time_breakdown") or {}).get("worker") or {}
     out = {"label": label, "rate": rate, "round": round_index,
            "median_step_s": statistics.median(steps), "steps_timed": len(steps),
