@@ -14,9 +14,12 @@ tf.distribute.Server in its own process, configured as the job's PS
 (tlc/job/task.py); the workers' sessions run their graphs as written (no
 grappler: with it, the two pushes crossed as one _Recv). `--extra_nodes K`
 adds a chain of K scalar ops to the PS's partition: the difference is what
-the executor costs per node of a step (tlc's PS partition has ~110). Its CPU-seconds (/proc/<pid>/stat) over a window, divided
-by the worker steps in it, is the floor that no change to tlc's ops can go
-below while a step keeps that many RPCs.
+the executor costs per node of a step (tlc's PS partition has ~110).
+
+The PS's CPU-seconds (/proc/<pid>/stat) over a window (at least
+--window_seconds and one step per worker), divided by the worker steps in
+it, is the floor that no change to tlc's ops can go below while a step keeps
+that many RPCs.
 
     python3 -m benchmarks.bench_ps_floor --workers 8,16 --rounds 2
 """
@@ -98,6 +101,12 @@ class FloorWorker:
         return counts
 
 
+def wait_until(condition, poll=0.05):
+    """Returns once condition() holds (the workers' threads make it so)."""
+    while not condition():
+        time.sleep(poll)
+
+
 def run_cell(workers, buckets, warmup, window_seconds, extra_nodes=0):
     spec = cl.local_cluster(1, workers)
     ps = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_ps_floor",  # pylint: disable=consider-using-with
@@ -110,26 +119,35 @@ def run_cell(workers, buckets, warmup, window_seconds, extra_nodes=0):
             for _ in range(warmup):
                 w.step()
         transfers = sim[0].ps_transfers()
-        stop = threading.Event()
+        stop, errors = threading.Event(), []
 
         def drive(w):
-            while not stop.is_set():
-                w.step()
+            try:
+                while not stop.is_set():
+                    w.step()
+            except Exception as e:  # pylint: disable=broad-except
+                errors.append(f"worker step failed: {type(e).__name__}: {e}"[:300])
+                stop.set()
         threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in sim]
         for t in threads:
             t.start()
-        time.sleep(2)  # every thread stepping
+        started = [w.steps for w in sim]
+        wait_until(lambda: stop.is_set() or all(w.steps > s for w, s in zip(sim, started)))
         steps0, cpu0, t0 = sum(w.steps for w in sim), cpu_seconds(ps.pid), time.time()
-        time.sleep(window_seconds)
+        # At least the window, and at least one step per worker in it (a busy machine).
+        wait_until(lambda: stop.is_set() or (time.time() - t0 >= window_seconds
+                                             and sum(w.steps for w in sim) - steps0 >= workers))
         steps1, cpu1, t1 = sum(w.steps for w in sim), cpu_seconds(ps.pid), time.time()
         stop.set()
         for t in threads:
             t.join()
         for w in sim:
             w.session.close()
+        if errors:
+            raise RuntimeError(errors[0])
         n = steps1 - steps0
-        return {"workers": workers, "buckets": buckets, "extra_nodes": extra_nodes, "ps_partition_transfers": transfers,
-                "worker_steps": n,
+        return {"workers": workers, "buckets": buckets, "extra_nodes": extra_nodes,
+                "ps_partition_transfers": transfers, "worker_steps": n,
                 "window_seconds": round(t1 - t0, 2), "load": [round(x, 2) for x in os.getloadavg()],
                 "ps_cpu_ms_per_worker_step": round(1e3 * (cpu1 - cpu0) / n, 3)}
     finally:
