@@ -151,6 +151,36 @@ def test_a_signal_while_a_task_is_being_started_leaves_no_task_behind(tmp_path, 
             proc.wait()
 
 
+def test_a_signal_inside_a_tasks_poll_stops_every_task(tmp_path):
+    # A signal lands between two bytecodes of the main thread, so it can land
+    # inside Popen.poll() while that holds the Popen's lock (the wait loop
+    # polls every task ten times a second). The handler used to stop the
+    # tasks right there, and waiting for that task then blocked on the lock
+    # its own thread held: Ctrl-C hung the launcher (seen once in CI).
+    spec = {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}
+    marker = f"sleeper-{tmp_path.name}"  # names this test's tasks alone, for the cleanup
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)", marker]
+    script = f"""
+import signal, sys
+from tlc.job import cluster as cl
+tasks = cl.TaskProcesses({spec!r}, lambda job, index: {sleeper!r}, {str(tmp_path)!r},
+                         echo_chief=False)
+try:
+    with tasks:
+        proc = tasks.procs[("worker", 0)]
+        with proc._waitpid_lock:  # as Popen.poll() holds it
+            tasks._on_signal(signal.SIGINT, None)
+except SystemExit as e:
+    print(e.code, [p.poll() is not None for p in tasks.procs.values()])
+"""
+    try:
+        out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120).stdout  # a hang guard, not a speed check
+    finally:
+        subprocess.run(["pkill", "-f", "--", marker], check=False)  # left by a hang
+    assert out.split("\n")[0] == f"{128 + signal.SIGINT} [True, True]", out
+
+
 def test_timeout_reached_is_the_reason_given(tmp_path):
     run = Run(tmp_path / "run", "--steps=100000", "--timeout=40")
     try:

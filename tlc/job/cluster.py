@@ -306,7 +306,10 @@ class TaskProcesses:
             # task that self.procs does not know (and stop() cannot stop).
             self._pending = signum
             return
-        self.stop()
+        # Only raise: wait()'s and __exit__'s stop() run once the frames it
+        # lands in have unwound. Stopping here deadlocked when the signal
+        # landed inside a task's Popen.poll(), which holds that Popen's lock:
+        # stop() then waited for the same lock on the same thread.
         raise SystemExit(128 + signum)
 
 
