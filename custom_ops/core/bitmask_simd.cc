@@ -1164,12 +1164,22 @@ TLC_AVX2 Status DecodeGolombAvx2(const uint8_t* code, int64_t len, int b, uint64
   return DecodeGolombImpl<true>(code, len, b, count, n, signs, nz, neg, end_bit);
 }
 
+// All-ones in lane k where bit k of the byte holding bits i..i+7 is set (i a
+// multiple of 8): the eight elements' digit masks, one per 32-bit lane.
+TLC_AVX2 inline __m256i LaneMask(const uint64_t* bits, int64_t i) {
+  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const int byte = reinterpret_cast<const uint8_t*>(bits)[i >> 3];
+  return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(byte), lane_bit), lane_bit);
+}
+
+// The value bits with the sign bit flipped in the lanes of `minus`.
+TLC_AVX2 inline __m256i SignedScale(__m256i value_bits, __m256i minus) {
+  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  return _mm256_xor_si256(value_bits, _mm256_and_si256(minus, sign));
+}
+
 TLC_AVX2 void ExpandAvx2(const uint64_t* nz, const uint64_t* neg, const float* scales,
                          int64_t span, int64_t begin, int64_t end, float* out) {
-  const uint8_t* nz8 = reinterpret_cast<const uint8_t*>(nz);
-  const uint8_t* neg8 = reinterpret_cast<const uint8_t*>(neg);
-  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
   int64_t lo, hi;
   float m;
   for (BlockPieces p(scales, span, begin, end); p.Next(&lo, &hi, &m);) {
@@ -1179,11 +1189,7 @@ TLC_AVX2 void ExpandAvx2(const uint64_t* nz, const uint64_t* neg, const float* s
     i = head;
     const __m256i vm = _mm256_castps_si256(_mm256_set1_ps(m));
     for (; i + 8 <= hi; i += 8) {
-      const __m256i on = _mm256_cmpeq_epi32(
-          _mm256_and_si256(_mm256_set1_epi32(nz8[i >> 3]), lane_bit), lane_bit);
-      const __m256i minus = _mm256_cmpeq_epi32(
-          _mm256_and_si256(_mm256_set1_epi32(neg8[i >> 3]), lane_bit), lane_bit);
-      const __m256i v = _mm256_xor_si256(_mm256_and_si256(on, vm), _mm256_and_si256(minus, sign));
+      const __m256i v = SignedScale(_mm256_and_si256(LaneMask(nz, i), vm), LaneMask(neg, i));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), v);
     }
     ExpandScalar(nz, neg, m, i, hi, out);
@@ -1196,10 +1202,6 @@ TLC_AVX2 void ExpandAvx2(const uint64_t* nz, const uint64_t* neg, const float* s
 // AccumulateImpl waited on each element's cache line.
 TLC_AVX2 void AccumulateAvx2(const uint64_t* nz, const uint64_t* neg, const float* scales,
                              int64_t span, int64_t begin, int64_t end, float* out) {
-  const uint8_t* nz8 = reinterpret_cast<const uint8_t*>(nz);
-  const uint8_t* neg8 = reinterpret_cast<const uint8_t*>(neg);
-  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
   int64_t lo, hi;
   float m;
   for (BlockPieces p(scales, span, begin, end); p.Next(&lo, &hi, &m);) {
@@ -1208,15 +1210,10 @@ TLC_AVX2 void AccumulateAvx2(const uint64_t* nz, const uint64_t* neg, const floa
     int64_t i = head;
     const __m256i vm = _mm256_castps_si256(_mm256_set1_ps(m));
     for (; i + 8 <= hi; i += 8) {
-      const int on_bits = nz8[i >> 3];
-      const __m256i on = _mm256_cmpeq_epi32(
-          _mm256_and_si256(_mm256_set1_epi32(on_bits), lane_bit), lane_bit);
-      const __m256i minus = _mm256_cmpeq_epi32(
-          _mm256_and_si256(_mm256_set1_epi32(neg8[i >> 3]), lane_bit), lane_bit);
-      const __m256 v = _mm256_castsi256_ps(_mm256_xor_si256(vm, _mm256_and_si256(minus, sign)));
+      const __m256 v = _mm256_castsi256_ps(SignedScale(vm, LaneMask(neg, i)));
       const __m256 old = _mm256_loadu_ps(out + i);
       _mm256_storeu_ps(out + i, _mm256_blendv_ps(old, _mm256_add_ps(old, v),
-                                                 _mm256_castsi256_ps(on)));
+                                                 _mm256_castsi256_ps(LaneMask(nz, i))));
     }
     AccumulateImpl(nz, neg, &m, hi, i, hi, out);
   }
