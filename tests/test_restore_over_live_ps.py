@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ import tensorflow as tf
 
 from local_cluster import free_port
 from tlc import Float32, SyncReplicasOptimizer, ThreeLC, replica
-from tlc.session import training_session
+from tlc.session import restorers, training_session
 
 pytestmark = pytest.mark.cluster
 
@@ -199,5 +200,100 @@ def test_a_surviving_ps_keeps_its_slots_and_what_its_pulls_had_not_sent(capfd):
         want1, slot1 = momentum_oracle(copy1, grads[1], 1, lr, momentum)
         np.testing.assert_array_equal(after[2], want1)
         np.testing.assert_array_equal(after[3], slot1)
+    finally:
+        c.stop()
+
+
+class CutShort:
+    """A real session whose run of the restore's init op first runs
+    `partial` (what a partition that finished before another one aborted
+    leaves on the restarted PS), then fails as a lost connection does."""
+
+    def __init__(self, session, init_op, partial):
+        self._session, self._init_op, self._partial = session, init_op, partial
+
+    def run(self, fetches, *args, **kwargs):
+        if fetches is self._init_op:
+            self._session.run(self._partial)
+            raise tf.errors.UnavailableError(None, None, "restore cut short by the test")
+        return self._session.run(fetches, *args, **kwargs)
+
+
+def cut_short_restore(cluster, graph, partial):
+    """PS 1 restarts; the chief's first restore runs `partial` and aborts,
+    as a restore whose partitions did not all run does."""
+    [recovery] = restorers(graph)
+    cluster.restart(1)
+    deadline = time.time() + 120
+    while True:  # until PS 1 listens again and the cut-short run is reached
+        try:
+            with tf.compat.v1.Session(cluster.worker.target) as raw:
+                recovery.restore_model(CutShort(raw, recovery.init_op, partial), None, None)
+        except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
+            if "cut short by the test" in str(e):
+                return
+            assert time.time() < deadline, e
+            time.sleep(0.5)
+
+
+def test_a_restore_cut_short_still_counts_the_slots_it_had_set(capfd):
+    """The first restore's run sets PS 1's momentum, then aborts; the retry
+    finds the slot set. It was still started afresh by this restore, so the
+    line counts it. Before, the retry's run counted only what it set itself:
+    "(0 variables re-initialised", seen once in CI."""
+    c = Cluster()
+    try:
+        inner = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9)
+        graph, opt, train_op, global_step = build(inner)
+        with graph.as_default():
+            slot1 = inner.get_slot(opt.variables_built["v1"].entry.master, "momentum")
+            hook = opt.make_session_run_hook(True, num_tokens=0)
+            with training_session(c.worker.target, True, [hook]) as sess:
+                trained(sess, opt, train_op, global_step)
+                cut_short_restore(c, graph, slot1.initializer)
+                capfd.readouterr()
+                sess.run(train_op)  # fails on PS 1; the new session restores, then steps
+                out = capfd.readouterr().out
+                assert (f"model restored at step {STEPS_BEFORE} from the chief's local copy"
+                        in out), out
+                assert "(1 variable re-initialised; the others kept theirs)" in out, out
+                assert sess.run(global_step) == STEPS_BEFORE + 1
+    finally:
+        c.stop()
+
+
+def test_a_restore_cut_short_after_it_set_the_global_step_still_goes_back(capfd):
+    """PS 0 survives one step ahead of the chief's copy; the first restore's
+    run puts the global step back to the copy's, then aborts. The retry reads
+    the chief's step there, but the model still went back from the step seen
+    first: the line says so, and the surviving masters take the copy too.
+    Before, the retry found nothing ahead and said nothing."""
+    c = Cluster()
+    try:
+        graph, opt, train_op, global_step = build()
+        with graph.as_default():
+            hook = opt.make_session_run_hook(True, num_tokens=0)
+            ahead = global_step.assign_add(1)
+            back = global_step.assign(STEPS_BEFORE)  # what the restore writes on PS 0
+            m0 = opt.variables_built["v0"].entry.master
+            bump = m0.assign_add(tf.ones(m0.shape))  # the update the chief had not pulled
+            with training_session(c.worker.target, True, [hook]) as sess:
+                trained(sess, opt, train_op, global_step)
+                with tf.compat.v1.Session(c.worker.target) as raw:
+                    raw.run([ahead, bump])
+                    copy0 = raw.run(opt.variables_built["v0"].entry.local)
+                cut_short_restore(c, graph, back)
+                capfd.readouterr()
+                sess.run(train_op)
+                restored = re.search(
+                    r"model restored at step (\d+) from the chief's local copy[^\n]*; the "
+                    r"surviving parameter servers were at step (\d+): the model went back "
+                    r"1 step", capfd.readouterr().out)
+                assert restored, "the restore line does not name the update that went back"
+                assert [int(x) for x in restored.groups()] == [STEPS_BEFORE, STEPS_BEFORE + 1]
+                assert sess.run(global_step) == STEPS_BEFORE + 1
+                with tf.compat.v1.Session(c.worker.target) as raw:
+                    # One step of SGD (grad 0.5, lr 0.1) from the copy, not from the update.
+                    np.testing.assert_allclose(raw.run(m0), copy0 - 0.05, rtol=1e-6)
     finally:
         c.stop()

@@ -46,6 +46,12 @@ def register_restorer(restorer, graph=None):
     _RESTORERS.setdefault(graph or tf.compat.v1.get_default_graph(), []).append(restorer)
 
 
+def restorers(graph=None):
+    """The objects registered for `graph` (tlc.optimizer.recovery's
+    Recovery): a read-only list for tests and debugging."""
+    return list(_RESTORERS.get(graph or tf.compat.v1.get_default_graph(), []))
+
+
 class _RestoringManager(session_manager.SessionManager):
     """Puts the newest model on the parameter servers (checkpoint or a live
     worker's copy, see tlc.optimizer.recovery) instead of the latest

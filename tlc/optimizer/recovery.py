@@ -80,6 +80,12 @@ class Recovery:
             self._local_version = worker.local_version.read_value()
         self._shared, self._entries, self._pull_logs = shared, entries, pull_logs
         self.init_op = None
+        self._afresh_candidates = set()  # names of what a restore starts afresh (slots)
+        self._live_step = None
+        # What restore_model saw before the restore line (tlc's session): a
+        # restore run cut short (a partition aborted) may already have set
+        # slots and the global step when the run that completes comes.
+        self._seen = _Seen()
         tlc_session.register_restorer(self)
 
     def build_init_op(self):
@@ -114,10 +120,13 @@ class Recovery:
                 ref_assigns.append(tf.compat.v1.assign(v, tf.where(has_copy, copy,
                                                                    v.initial_value)))
         resources_only = [v for v in model if resource_variable_ops.is_resource_variable(v)]
-        live_step = _live_step(shared.global_step, self._pull_logs)
+        afresh = [v for v in resources_only
+                  if v.name not in copies and v is not shared.global_step]
+        self._afresh_candidates = {v.op.name for v in afresh}
+        self._live_step = live_step = _live_step(shared.global_step, self._pull_logs)
 
         def from_copy():
-            return self._restore_ops(shared, entries, resources_only, copies, live_step)
+            return self._restore_ops(shared, entries, afresh, live_step)
 
         def fresh():
             return tf.group(*[v.assign(v.initial_value, read_value=False)
@@ -133,10 +142,10 @@ class Recovery:
             name="tlc_init_or_restore_from_copy")
         return self.init_op
 
-    def _restore_ops(self, shared, entries, model, copies, live_step):
+    def _restore_ops(self, shared, entries, afresh, live_step):
         """On restarted parameter servers: master and shadow from the chief's
-        local copy, the rest of `model` (resource variables: optimizer slots)
-        afresh. On the others the same masters and shadows only if the model
+        local copy, `afresh` (the other resource variables: optimizer slots)
+        from their initial values. On the others the same masters and shadows only if the model
         goes back (live_step ahead of the copy); their slots stay. The global
         step from the copy's version, tlc's PS counters to match. The shadows
         become ready last: workers wait for that."""
@@ -163,8 +172,7 @@ class Recovery:
                         # One pull compression per compressed variable per step.
                         server.pull_compressions.assign(local_version * num_compressed,
                                                         read_value=False)]
-        fresh = [_unless_kept(v, False, lambda v=v: v.initial_value)
-                 for v in model if v.name not in copies and v is not gs]
+        fresh = [_unless_kept(v, False, lambda v=v: v.initial_value) for v in afresh]
         restore += fresh
         restore.append(self._restored_fresh.assign(
             tf.add_n([tf.constant(0, tf.int64)] + [tf.cast(f, tf.int64) for f in fresh]),
@@ -194,14 +202,20 @@ class Recovery:
         if self.init_op is None:
             raise RuntimeError("tlc: training_session needs SyncReplicasOptimizer's "
                                "make_session_run_hook among its hooks")
-        if not len(session.run(self._server_uninitialised)):
+        uninitialised = {n.decode() for n in session.run(self._server_uninitialised)}
+        if not uninitialised:
             return True  # the PS kept its model (only this session was re-created)
         local = self._local_version_now(session)
         path = checkpoint_management.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
         saved = checkpoint_step(path) if path else None
         if local > 0 and local > (saved or 0):
-            session.run(self.init_op)  # takes the copy
+            seen = self._seen
+            seen.afresh |= uninitialised & self._afresh_candidates
+            seen.live_step = max(seen.live_step, int(session.run(self._live_step)))
+            # takes the copy; the model goes back from the newest step seen
+            session.run(self.init_op, feed_dict={self._live_step: seen.live_step})
             return True
+        self._seen = _Seen()
         if path and saver is not None:
             saver.restore(session, path)
             saver.recover_last_checkpoints(
@@ -220,6 +234,10 @@ class Recovery:
         if at < 0:
             return
         session.run(self._take_restored_at)
+        # The init op counts what its own run set; restore_model (tlc's
+        # session) also saw what runs cut short before it had set.
+        fresh = max(fresh, len(self._seen.afresh))
+        self._seen = _Seen()
         lost = "" if over <= at else (
             f"; the surviving parameter servers were at step {over}: the model went back "
             f"{_steps(over - at)} (updates the chief had not pulled yet; their gradients "
@@ -229,6 +247,15 @@ class Recovery:
               f"servers ({fresh} variable{'' if fresh == 1 else 's'} re-initialised; the others "
               f"kept theirs){lost}",
               flush=True)
+
+
+class _Seen:
+    """Since the last restore line: the slots seen uninitialised and the
+    newest step seen on the surviving parameter servers."""
+
+    def __init__(self):
+        self.afresh = set()
+        self.live_step = -1
 
 
 def _live_step(global_step, pull_logs):
