@@ -491,11 +491,12 @@ def link_run(config, rate, args, python):
                 "wire_bytes_per_step": run["wire_bytes_per_step"],
                 "timed_steps": steps - args.warmup}
     steps = args.tlc_link_steps if spec.get("fast") else args.link_steps.get(rate, 10)
-    flags = ("--log_every=1", "--eval_every=0")
-    long_run = run_tlc(spec["config"], rate, steps, base + "-long", *flags)
-    short_run = run_tlc(spec["config"], rate, args.warmup, base + "-short", *flags)
+    long_run = run_tlc(spec["config"], rate, steps, base + "-long", f"--log_every={steps}",
+                       "--eval_every=0")
+    short_run = run_tlc(spec["config"], rate, args.warmup, base + "-short", "--eval_every=0")
     ps = lambda s: link_bytes(s["wire_bytes"]["ps0"])  # noqa: E731
-    return {"seconds_per_step": seconds_per_step(tlc_chief(long_run)["curve"], args.warmup),
+    timed = jobs.chief_step_seconds(base + "-long", args.warmup - 1)  # from step warmup's end
+    return {"seconds_per_step": sum(timed) / len(timed),
             "wire_bytes_per_step": differenced_wire(ps(long_run), steps, ps(short_run),
                                                     args.warmup),
             "timed_steps": steps - args.warmup}

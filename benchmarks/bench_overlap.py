@@ -52,11 +52,7 @@ def run(args, label, rate, round_index):
     if traced:
         flags.append("--trace_steps=3")
     summary = jobs.run_job(flags, logdir, timeout=7200)[0]
-    # The chief's own record of every step (its end time, not a logged point).
-    with open(os.path.join(logdir, "worker0_steps.json"), encoding="utf-8") as f:
-        history = json.load(f)
-    points = [(t, s) for s, t in zip(history["step"], history["seconds"]) if s > WARMUP]
-    steps = [(b - a) / (sb - sa) for (a, sa), (b, sb) in zip(points, points[1:]) if sb > sa]
+    steps = jobs.chief_step_seconds(logdir, WARMUP)
     worker = (summary.get("time_breakdown") or {}).get("worker") or {}
     out = {"label": label, "rate": rate, "round": round_index,
            "median_step_s": statistics.median(steps), "steps_timed": len(steps),

@@ -63,11 +63,12 @@ def ps_wire(summary):
 def measure_link(args, config, rate, steps):
     """(seconds per step, wire bytes per step at the PS) behind `rate`."""
     base = os.path.join(args.workdir, f"{config}-{rate}")
-    flags = (f"--netem_rate={rate}", "--log_every=1", "--eval_batch=2000")
+    flags = (f"--netem_rate={rate}", f"--log_every={steps}", "--eval_batch=2000")
     long_run = train(args, config, steps, base + "-long", *flags)
     short_run = train(args, config, WARMUP, base + "-short", *flags)
     per_step = (ps_wire(long_run) - ps_wire(short_run)) / (steps - WARMUP)
-    return step_time(long_run), per_step
+    timed = jobs.chief_step_seconds(base + "-long", WARMUP)
+    return sum(timed) / len(timed), per_step
 
 
 def accuracy_over_time(summary):

@@ -11,8 +11,20 @@ import time
 
 from tlc.job import cluster as cl
 from tlc.job import launcher
+from tlc.job import plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
+
+
+def chief_step_seconds(logdir, after_step):
+    """Seconds of each of the chief's steps after step `after_step`, from its
+    record of every step's end (worker0_steps.json). A job timed this way
+    can log once (--log_every=steps): logging every step costs each step
+    1-5 ms (two more session runs and a summary flush)."""
+    with open(os.path.join(logdir, plots.STEPS_FILE), encoding="utf-8") as f:
+        history = json.load(f)
+    ends = [(t, s) for s, t in zip(history["step"], history["seconds"]) if s > after_step]
+    return [(b - a) / (sb - sa) for (a, sa), (b, sb) in zip(ends, ends[1:]) if sb > sa]
 
 
 def run_job(flags, logdir, timeout=3600):
