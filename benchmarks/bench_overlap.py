@@ -87,6 +87,11 @@ def table(results, rates):
         slow = median(label, slowest, "median_step_s")
         if base and slow:
             lines.append(f"\n{label} at {slowest} / stock TF at {fastest}: {slow / base:.2f}x")
+    compute = median("tlc", fastest, "compute_s")
+    if base and compute:
+        # The same model and batch: no tlc step at this rate is shorter than its compute.
+        lines.append(f"\nbound at {fastest}: stock TF's step / tlc's compute = "
+                     f"{base / compute:.2f}x (the speedup of a step with no overhead)")
     return "\n".join(lines)
 
 
