@@ -89,6 +89,30 @@ def trained(sess, opt, train_op, global_step):
     assert sess.run([opt.local_version, global_step]) == [STEPS_BEFORE] * 2
 
 
+def restore_line(capfd, sess, train_op):
+    """What the chief prints for the step that fails on the restarted PS
+    (the new session restores, then steps)."""
+    capfd.readouterr()
+    sess.run(train_op)
+    return capfd.readouterr().out
+
+
+def went_back(out):
+    """[step of the chief's copy, step of the surviving PS] named by the
+    restore line, which must say the model went back one step."""
+    restored = re.search(
+        r"model restored at step (\d+) from the chief's local copy[^\n]*; the "
+        r"surviving parameter servers were at step (\d+): the model went back "
+        r"1 step \(updates the chief had not pulled yet", out)
+    assert restored, "the restore line does not name the update that went back:\n" + out
+    return [int(s) for s in restored.groups()]
+
+
+def assert_one_slot_started_afresh(out):
+    assert f"model restored at step {STEPS_BEFORE} from the chief's local copy" in out, out
+    assert "(1 variable re-initialised; the others kept theirs)" in out, out
+
+
 @pytest.mark.parametrize("killed", [1, 0], ids=["global_step_survives", "pull_log_survives"])
 def test_restore_names_the_update_the_chief_had_not_pulled(killed, capfd):
     c = Cluster()
@@ -104,15 +128,9 @@ def test_restore_names_the_update_the_chief_had_not_pulled(killed, capfd):
                 trained(sess, opt, train_op, global_step)
                 with tf.compat.v1.Session(c.worker.target) as raw:
                     raw.run(ahead)  # an update the chief has not pulled: step STEPS_BEFORE + 1
-                capfd.readouterr()
                 c.restart(killed)
-                sess.run(train_op)  # fails on the killed PS; the new session restores
-                restored = re.search(
-                    r"model restored at step (\d+) from the chief's local copy[^\n]*; the "
-                    r"surviving parameter servers were at step (\d+): the model went back "
-                    r"1 step \(updates the chief had not pulled yet", capfd.readouterr().out)
-                assert restored, "the restore line does not name the update that went back"
-                assert [int(s) for s in restored.groups()] == [STEPS_BEFORE, STEPS_BEFORE + 1]
+                out = restore_line(capfd, sess, train_op)
+                assert went_back(out) == [STEPS_BEFORE, STEPS_BEFORE + 1]
                 assert sess.run(global_step) == STEPS_BEFORE + 1  # one step on from the copy
     finally:
         c.stop()
@@ -126,10 +144,8 @@ def test_no_update_named_when_the_chief_copy_is_the_newest(capfd):
             hook = opt.make_session_run_hook(True, num_tokens=0)
             with training_session(c.worker.target, True, [hook]) as sess:
                 trained(sess, opt, train_op, global_step)
-                capfd.readouterr()
                 c.restart(1)
-                sess.run(train_op)
-                out = capfd.readouterr().out
+                out = restore_line(capfd, sess, train_op)
                 assert f"model restored at step {STEPS_BEFORE} from the chief's local copy" in out
                 assert "went back" not in out and "surviving" not in out
                 assert sess.run(global_step) == STEPS_BEFORE + 1
@@ -180,13 +196,8 @@ def test_a_surviving_ps_keeps_its_slots_and_what_its_pulls_had_not_sent(capfd):
                 with tf.compat.v1.Session(c.worker.target) as raw:
                     master0, shadow0, copy1 = raw.run([m0, s0, c1])
                 assert not np.array_equal(master0, shadow0)  # a residual to keep
-                capfd.readouterr()
                 c.restart(1)
-                sess.run(train_op)  # fails on PS 1; the new session restores, then steps
-                out = capfd.readouterr().out
-                assert (f"model restored at step {STEPS_BEFORE} from the chief's local copy"
-                        in out), out
-                assert "(1 variable re-initialised; the others kept theirs)" in out, out
+                assert_one_slot_started_afresh(restore_line(capfd, sess, train_op))
                 assert sess.run(global_step) == STEPS_BEFORE + 1
                 with tf.compat.v1.Session(c.worker.target) as raw:
                     after = raw.run([m0, slots[0], m1, slots[1]])
@@ -251,12 +262,7 @@ def test_a_restore_cut_short_still_counts_the_slots_it_had_set(capfd):
             with training_session(c.worker.target, True, [hook]) as sess:
                 trained(sess, opt, train_op, global_step)
                 cut_short_restore(c, graph, slot1.initializer)
-                capfd.readouterr()
-                sess.run(train_op)  # fails on PS 1; the new session restores, then steps
-                out = capfd.readouterr().out
-                assert (f"model restored at step {STEPS_BEFORE} from the chief's local copy"
-                        in out), out
-                assert "(1 variable re-initialised; the others kept theirs)" in out, out
+                assert_one_slot_started_afresh(restore_line(capfd, sess, train_op))
                 assert sess.run(global_step) == STEPS_BEFORE + 1
     finally:
         c.stop()
@@ -283,14 +289,8 @@ def test_a_restore_cut_short_after_it_set_the_global_step_still_goes_back(capfd)
                     raw.run([ahead, bump])
                     copy0 = raw.run(opt.variables_built["v0"].entry.local)
                 cut_short_restore(c, graph, back)
-                capfd.readouterr()
-                sess.run(train_op)
-                restored = re.search(
-                    r"model restored at step (\d+) from the chief's local copy[^\n]*; the "
-                    r"surviving parameter servers were at step (\d+): the model went back "
-                    r"1 step", capfd.readouterr().out)
-                assert restored, "the restore line does not name the update that went back"
-                assert [int(x) for x in restored.groups()] == [STEPS_BEFORE, STEPS_BEFORE + 1]
+                out = restore_line(capfd, sess, train_op)
+                assert went_back(out) == [STEPS_BEFORE, STEPS_BEFORE + 1]
                 assert sess.run(global_step) == STEPS_BEFORE + 1
                 with tf.compat.v1.Session(c.worker.target) as raw:
                     # One step of SGD (grad 0.5, lr 0.1) from the copy, not from the update.
