@@ -145,8 +145,9 @@ class Recovery:
     def _restore_ops(self, shared, entries, afresh, live_step):
         """On restarted parameter servers: master and shadow from the chief's
         local copy, `afresh` (the other resource variables: optimizer slots)
-        from their initial values. On the others the same masters and shadows only if the model
-        goes back (live_step ahead of the copy); their slots stay. The global
+        from their initial values. On the others the same masters and
+        shadows only if the model goes back (live_step ahead of the copy);
+        their slots stay. The global
         step from the copy's version, tlc's PS counters to match. The shadows
         become ready last: workers wait for that."""
         gs, server = shared.global_step, shared.server
