@@ -153,20 +153,26 @@ def test_no_update_named_when_the_chief_copy_is_the_newest(capfd):
         c.stop()
 
 
-def momentum_oracle(start, grad, steps, lr, momentum):
-    """TF's own MomentumOptimizer on a plain variable: (value, slot) after
-    `steps` steps of `grad` from `start`, the slot starting at zero."""
+def tf_oracle(make_optimizer, start, grad, steps, slot_name=None):
+    """TF's own optimizer on a plain variable: its value after `steps` steps
+    of `grad` from `start` (and its slot `slot_name`, starting at zero)."""
     graph = tf.Graph()
     with graph.as_default():
         var = tf.Variable(start)
-        opt = tf.compat.v1.train.MomentumOptimizer(lr, momentum)
+        opt = make_optimizer()
         step = opt.apply_gradients([(tf.constant(grad), var)])
-        slot = opt.get_slot(var, "momentum")
+        fetches = [var] + ([opt.get_slot(var, slot_name)] if slot_name else [])
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             for _ in range(steps):
                 sess.run(step)
-            return sess.run([var, slot])
+            return sess.run(fetches)
+
+
+def momentum_oracle(start, grad, steps, lr, momentum):
+    """TF's own MomentumOptimizer: (value, slot)."""
+    return tf_oracle(lambda: tf.compat.v1.train.MomentumOptimizer(lr, momentum), start, grad,
+                     steps, "momentum")
 
 
 def test_a_surviving_ps_keeps_its_slots_and_what_its_pulls_had_not_sent(capfd):
@@ -293,7 +299,11 @@ def test_a_restore_cut_short_after_it_set_the_global_step_still_goes_back(capfd)
                 assert went_back(out) == [STEPS_BEFORE, STEPS_BEFORE + 1]
                 assert sess.run(global_step) == STEPS_BEFORE + 1
                 with tf.compat.v1.Session(c.worker.target) as raw:
-                    # One step of SGD (grad 0.5, lr 0.1) from the copy, not from the update.
-                    np.testing.assert_allclose(raw.run(m0), copy0 - 0.05, rtol=1e-6)
+                    after = raw.run(m0)
+        # One step of TF's SGD (build's: lr 0.1, gradient 0.5) from the copy,
+        # not from the update the chief had not pulled.
+        [want] = tf_oracle(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1), copy0,
+                           np.full(100, 0.5, np.float32), 1)
+        np.testing.assert_array_equal(after, want)
     finally:
         c.stop()
