@@ -14,9 +14,8 @@ constexpr int64_t kMinElementsPerTask = 1 << 16;
 // Whether `sum` holds a -0.0 where `push` may have decoded one: only a block
 // whose scale is zero decodes a non-zero digit to -0.0 (the compressor never
 // writes one there; a hostile push may), so only those blocks are looked at.
-bool NegativeZeroInZeroScaleBlocks(const Push3LC& push, int64_t n, int64_t block_size,
+bool NegativeZeroInZeroScaleBlocks(const Push3LC& push, int64_t n, int64_t span,
                                    const float* sum) {
-  const int64_t span = block_size ? block_size : n;
   for (int64_t k = 0; k < push.num_scales; ++k) {
     if (push.scales[k] != 0.0f) continue;  // +0 and -0 scales both count
     const int64_t end = std::min(n, (k + 1) * span);
@@ -27,37 +26,30 @@ bool NegativeZeroInZeroScaleBlocks(const Push3LC& push, int64_t n, int64_t block
   return false;
 }
 
-Status DecodeDense(const Push3LC& push, int64_t n, int64_t block_size, bool adaptive,
-                   const Executor& exec, float* out) {
-  return Decompress3LC(push.code, push.code_size, push.scales, push.num_scales, n, block_size,
-                       adaptive, /*accumulate=*/false, exec, out);
-}
-
 }  // namespace
 
-Status ValidatePush3LC(const Push3LC& push, int64_t n, int64_t block_size, bool adaptive,
-                       const Executor& exec) {
-  if (n < 0) return Status::Invalid("3lc: negative element count");
-  std::unique_ptr<float[]> scratch(new float[n > 0 ? n : 1]);
-  return DecodeDense(push, n, block_size, adaptive, exec, scratch.get());
+Status DecodePush3LC(const Push3LC& push, int64_t n, int64_t block_size, bool adaptive,
+                     const Executor& exec, Decoded3LC* decoded) {
+  return Decode3LC(push.code, push.code_size, push.scales, push.num_scales, n, block_size,
+                   adaptive, exec, decoded);
 }
 
-Status AddPush3LC(const Push3LC& push, int64_t n, int64_t block_size, bool adaptive,
-                  const Executor& exec, float* sum, StepSum* state) {
+void AddDecodedPush3LC(const Push3LC& push, const Decoded3LC& decoded, const Executor& exec,
+                       float* sum, StepSum* state) {
+  const int64_t n = decoded.n;
   if (state->count == 0) {
-    // The first push is the sum (TF copies it): decoded straight into it.
-    TLC_RETURN_IF_ERROR(DecodeDense(push, n, block_size, adaptive, exec, sum));
-    state->may_hold_negative_zero = NegativeZeroInZeroScaleBlocks(push, n, block_size, sum);
+    // The first push is the sum (TF copies it): written straight into it.
+    WriteDecoded3LC(decoded, /*accumulate=*/false, exec, sum);
+    state->may_hold_negative_zero = NegativeZeroInZeroScaleBlocks(push, n, decoded.span, sum);
   } else if (!state->may_hold_negative_zero) {
-    // Only the non-zeros, from the stream (validated before anything is written).
-    TLC_RETURN_IF_ERROR(Decompress3LC(push.code, push.code_size, push.scales, push.num_scales,
-                                      n, block_size, adaptive, /*accumulate=*/true, exec, sum));
-    // sum + v is -0.0 only if both are: no -0.0 in the sum, none after.
+    // Only the non-zeros. sum + v is -0.0 only if both are: no -0.0 in the
+    // sum, none after.
+    WriteDecoded3LC(decoded, /*accumulate=*/true, exec, sum);
   } else {
     // Rare (a zero scale in this step): exactly the dense path.
-    std::unique_ptr<float[]> decoded(new float[n > 0 ? n : 1]);
-    TLC_RETURN_IF_ERROR(DecodeDense(push, n, block_size, adaptive, exec, decoded.get()));
-    const float* d = decoded.get();
+    std::unique_ptr<float[]> dense(new float[n > 0 ? n : 1]);
+    WriteDecoded3LC(decoded, /*accumulate=*/false, exec, dense.get());
+    const float* d = dense.get();
     const int64_t tasks = exec.NumTasks(n, kMinElementsPerTask);
     exec.ParallelFor(tasks, [&](int64_t t) {
       int64_t begin, end;
@@ -65,10 +57,9 @@ Status AddPush3LC(const Push3LC& push, int64_t n, int64_t block_size, bool adapt
       for (int64_t i = begin; i < end; ++i) sum[i] = sum[i] + d[i];
     });
     // A -0.0 survives only where this push decoded -0.0 too.
-    state->may_hold_negative_zero = NegativeZeroInZeroScaleBlocks(push, n, block_size, sum);
+    state->may_hold_negative_zero = NegativeZeroInZeroScaleBlocks(push, n, decoded.span, sum);
   }
   ++state->count;
-  return Status::Ok();
 }
 
 void AverageSum(float* sum, int64_t n, int64_t count, const Executor& exec) {

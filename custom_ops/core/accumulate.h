@@ -18,6 +18,7 @@
 
 #include "executor.h"
 #include "status.h"
+#include "threelc.h"
 
 namespace tlc {
 
@@ -35,17 +36,18 @@ struct StepSum {
   bool may_hold_negative_zero = false;  // a -0.0 in the sum: later pushes go dense
 };
 
-// Adds `push` (a tensor of n values, 3LC with `block_size` / `adaptive`) into
-// `sum` (n floats; with state->count == 0 its contents are ignored and it is
-// overwritten with the push's values). The push is validated in full first:
-// on any error neither `sum` nor `state` changes.
-Status AddPush3LC(const Push3LC& push, int64_t n, int64_t block_size, bool adaptive,
-                  const Executor& exec, float* sum, StepSum* state);
+// Adding a push is done in two halves, so that the parameter server decodes
+// a push (with every check) before it takes its accumulator's lock and only
+// the add runs under the lock. DecodePush3LC checks `push` (a tensor of n
+// values, 3LC with `block_size` / `adaptive`) in full and decodes it as far as
+// it goes without the sum; a stale push that is then dropped was checked too.
+Status DecodePush3LC(const Push3LC& push, int64_t n, int64_t block_size, bool adaptive,
+                     const Executor& exec, Decoded3LC* decoded);
 
-// Checks `push` as AddPush3LC would, writing nothing (a dropped stale push
-// must still be well-formed, as it was when pushes were decoded first).
-Status ValidatePush3LC(const Push3LC& push, int64_t n, int64_t block_size, bool adaptive,
-                       const Executor& exec);
+// Adds a decoded push into `sum` (n floats; with state->count == 0 its
+// contents are ignored and it is overwritten with the push's values).
+void AddDecodedPush3LC(const Push3LC& push, const Decoded3LC& decoded, const Executor& exec,
+                       float* sum, StepSum* state);
 
 // sum[i] = sum[i] / count (IEEE division, as TF's accumulator averages).
 void AverageSum(float* sum, int64_t n, int64_t count, const Executor& exec);

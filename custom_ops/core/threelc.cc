@@ -64,32 +64,31 @@ Status EncodeGolombSigns(const std::vector<SliceBits>& slices, int64_t n, int64_
   return Status::Ok();
 }
 
-// Where an element's scale is: element i uses scales[i / span] (span = n
-// for one scale per tensor, so every index is 0).
-struct ScaleMap {
-  const float* scales;
-  int64_t span;
-  float Of(int64_t i) const { return scales[i / span]; }
-};
-
-Status DecodeZeroRun(const uint8_t* code, int64_t len, const ScaleMap& scale, int64_t n,
-                     bool accumulate, const Executor& exec, float* out) {
-  const int64_t groups = PackedSize(n);
-  ZreDecodePlan plan;
-  TLC_RETURN_IF_ERROR(PlanZreDecode(code, len, groups, exec, &plan));
+// Checks a zero-run code in full (every byte before any output, as the
+// slice plan does) and keeps its plan.
+Status PlanZeroRun(const uint8_t* code, int64_t len, int64_t n, const Executor& exec,
+                   Decoded3LC* d) {
+  TLC_RETURN_IF_ERROR(PlanZreDecode(code, len, PackedSize(n), exec, &d->plan));
   if (len > 0 && code[len - 1] < kShortRunBase && !PaddingIsZero(code[len - 1], n)) {
     return Status::Invalid("3lc: padding digits of the last group are not zero");
   }
+  d->code = code;
+  d->len = len;
+  return Status::Ok();
+}
+
+void WriteZeroRun(const Decoded3LC& d, bool accumulate, const Executor& exec, float* out) {
   const Base3Table& table = GetBase3Table();
-  const int64_t last = groups - 1;
+  const int64_t n = d.n;
+  const int64_t last = PackedSize(n) - 1;
   const int64_t tail = n - last * kGroupSize;  // elements in the last group
-  const int64_t tasks = static_cast<int64_t>(plan.code_begin.size()) - 1;
+  const int64_t tasks = static_cast<int64_t>(d.plan.code_begin.size()) - 1;
   exec.ParallelFor(tasks, [&](int64_t t) {
     ZreVisit(
-        code, plan.code_begin[t], plan.code_begin[t + 1], plan.group_begin[t],
+        d.code, d.plan.code_begin[t], d.plan.code_begin[t + 1], d.plan.group_begin[t],
         [&](int64_t g, uint8_t b) {
           // A group never straddles two blocks (block sizes are multiples of 5).
-          const float m = scale.Of(g * kGroupSize);
+          const float m = d.scales[g * kGroupSize / d.span];
           const float value[3] = {-m, 0.0f, m};
           const int8_t* q = table.q[b];
           float* o = out + g * kGroupSize;
@@ -109,11 +108,11 @@ Status DecodeZeroRun(const uint8_t* code, int64_t len, const ScaleMap& scale, in
           std::memset(out + first, 0, sizeof(float) * count);
         });
   });
-  return Status::Ok();
 }
 
-Status DecodeGolombSigns(const uint8_t* body, int64_t len, const ScaleMap& scale, int64_t n,
-                         bool accumulate, const Executor& exec, float* out) {
+// Positions and signs of a Golomb body into per-element masks, validating
+// every code word.
+Status DecodeGolombMasks(const uint8_t* body, int64_t len, int64_t n, Decoded3LC* d) {
   if (len < 1) return Status::Invalid("3lc: golomb payload is empty");
   const int b = body[0];
   if (b > kMaxGolombB) return Status::Invalid("3lc: golomb parameter above 31");
@@ -131,28 +130,31 @@ Status DecodeGolombSigns(const uint8_t* body, int64_t len, const ScaleMap& scale
     return Status::Invalid("3lc: sign padding bits are not zero");
   }
   pos += sign_bytes;
-  // Positions and signs into per-element masks (validating every code word),
-  // then the output from the masks.
-  const int64_t words = n / 64 + 1;
-  std::unique_ptr<uint64_t[]> masks(new uint64_t[2 * words]());
-  uint64_t *nz = masks.get(), *neg = masks.get() + words;
+  d->words = n / 64 + 1;
+  d->masks.reset(new uint64_t[2 * d->words]());
+  uint64_t *nz = d->masks.get(), *neg = d->masks.get() + d->words;
   int64_t end_bit = 0;
   TLC_RETURN_IF_ERROR(
       DecodeGolombToBits(body + pos, len - pos, b, count, n, signs, nz, neg, &end_bit));
   if (!GolombReader(body + pos, len - pos, b, end_bit).AtEnd()) {
     return Status::Invalid("3lc: bytes left after the last position");
   }
-  const int64_t tasks = exec.NumTasks(n, kMinElementsPerTask);
+  d->golomb = true;
+  return Status::Ok();
+}
+
+void WriteGolomb(const Decoded3LC& d, bool accumulate, const Executor& exec, float* out) {
+  const uint64_t *nz = d.masks.get(), *neg = d.masks.get() + d.words;
+  const int64_t tasks = exec.NumTasks(d.n, kMinElementsPerTask);
   exec.ParallelFor(tasks, [&](int64_t t) {
     int64_t begin, end;
-    TaskRange(n, tasks, t, &begin, &end);
+    TaskRange(d.n, tasks, t, &begin, &end);
     if (accumulate) {
-      AccumulateBits(nz, neg, scale.scales, scale.span, begin, end, out);
+      AccumulateBits(nz, neg, d.scales, d.span, begin, end, out);
     } else {
-      ExpandBits(nz, neg, scale.scales, scale.span, begin, end, out);
+      ExpandBits(nz, neg, d.scales, d.span, begin, end, out);
     }
   });
-  return Status::Ok();
 }
 
 }  // namespace
@@ -328,9 +330,9 @@ Status Compress3LC(const float* x, const float* error_in, float* error_out, int6
   return Status::Ok();
 }
 
-Status Decompress3LC(const uint8_t* code, int64_t len, const float* scales, int64_t num_scales,
-                     int64_t n, int64_t block_size, bool adaptive, bool accumulate,
-                     const Executor& exec, float* out) {
+Status Decode3LC(const uint8_t* code, int64_t len, const float* scales, int64_t num_scales,
+                 int64_t n, int64_t block_size, bool adaptive, const Executor& exec,
+                 Decoded3LC* decoded) {
   if (n < 0 || len < 0) return Status::Invalid("3lc: negative size");
   TLC_RETURN_IF_ERROR(CheckBlockSize(block_size));
   const int64_t want = NumScales(n, block_size);
@@ -348,17 +350,42 @@ Status Decompress3LC(const uint8_t* code, int64_t len, const float* scales, int6
                              (block_size ? " for block " + std::to_string(k) : std::string()));
     }
   }
-  const ScaleMap scale{scales, block_size ? block_size : std::max<int64_t>(n, 1)};
-  if (!adaptive) return DecodeZeroRun(code, len, scale, n, accumulate, exec, out);
-  if (len < 1) return Status::Invalid("3lc: adaptive payload has no tag byte");
-  switch (code[0]) {
-    case static_cast<uint8_t>(PayloadTag::kZeroRun):
-      return DecodeZeroRun(code + 1, len - 1, scale, n, accumulate, exec, out);
-    case static_cast<uint8_t>(PayloadTag::kGolombSigns):
-      return DecodeGolombSigns(code + 1, len - 1, scale, n, accumulate, exec, out);
-    default:
-      return Status::Invalid("3lc: unknown payload tag " + std::to_string(code[0]));
+  Decoded3LC d;
+  d.n = n;
+  d.scales = scales;
+  d.span = block_size ? block_size : std::max<int64_t>(n, 1);
+  if (!adaptive) {
+    TLC_RETURN_IF_ERROR(PlanZeroRun(code, len, n, exec, &d));
+  } else if (len < 1) {
+    return Status::Invalid("3lc: adaptive payload has no tag byte");
+  } else if (code[0] == static_cast<uint8_t>(PayloadTag::kZeroRun)) {
+    TLC_RETURN_IF_ERROR(PlanZeroRun(code + 1, len - 1, n, exec, &d));
+  } else if (code[0] == static_cast<uint8_t>(PayloadTag::kGolombSigns)) {
+    TLC_RETURN_IF_ERROR(DecodeGolombMasks(code + 1, len - 1, n, &d));
+  } else {
+    return Status::Invalid("3lc: unknown payload tag " + std::to_string(code[0]));
   }
+  *decoded = std::move(d);
+  return Status::Ok();
+}
+
+void WriteDecoded3LC(const Decoded3LC& decoded, bool accumulate, const Executor& exec,
+                     float* out) {
+  if (decoded.golomb) {
+    WriteGolomb(decoded, accumulate, exec, out);
+  } else {
+    WriteZeroRun(decoded, accumulate, exec, out);
+  }
+}
+
+Status Decompress3LC(const uint8_t* code, int64_t len, const float* scales, int64_t num_scales,
+                     int64_t n, int64_t block_size, bool adaptive, bool accumulate,
+                     const Executor& exec, float* out) {
+  Decoded3LC decoded;
+  TLC_RETURN_IF_ERROR(
+      Decode3LC(code, len, scales, num_scales, n, block_size, adaptive, exec, &decoded));
+  WriteDecoded3LC(decoded, accumulate, exec, out);
+  return Status::Ok();
 }
 
 }  // namespace tlc

@@ -5,9 +5,11 @@
 #define TLC_CORE_THREELC_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "executor.h"
 #include "status.h"
+#include "zero_run.h"
 
 namespace tlc {
 
@@ -48,6 +50,30 @@ Status Compress3LC(const float* x, const float* error_in, float* error_out, int6
 Status Decompress3LC(const uint8_t* code, int64_t len, const float* scales, int64_t num_scales,
                      int64_t n, int64_t block_size, bool adaptive, bool accumulate,
                      const Executor& exec, float* out);
+
+// Decompress3LC in two halves. Decode3LC makes every check Decompress3LC
+// makes and decodes what does not depend on the output (a Golomb body's
+// positions and signs into per-element masks, a zero-run code's slice plan);
+// WriteDecoded3LC then writes or adds the values and cannot fail. The
+// parameter server decodes a push before it takes its accumulator's lock, so
+// that only the add runs under the lock. `code` and `scales` must outlive
+// the Decoded3LC.
+struct Decoded3LC {
+  int64_t n = 0;
+  const float* scales = nullptr;
+  int64_t span = 1;            // element i uses scales[i / span]
+  bool golomb = false;
+  const uint8_t* code = nullptr;  // zero-run: the code (after any tag) and its plan
+  int64_t len = 0;
+  ZreDecodePlan plan;
+  std::unique_ptr<uint64_t[]> masks;  // Golomb: non-zero bits, then negative bits
+  int64_t words = 0;
+};
+Status Decode3LC(const uint8_t* code, int64_t len, const float* scales, int64_t num_scales,
+                 int64_t n, int64_t block_size, bool adaptive, const Executor& exec,
+                 Decoded3LC* decoded);
+void WriteDecoded3LC(const Decoded3LC& decoded, bool accumulate, const Executor& exec,
+                     float* out);
 
 // Checks s in [1, 2).
 Status CheckSparsityMultiplier(float s);

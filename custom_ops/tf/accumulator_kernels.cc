@@ -5,10 +5,11 @@
 // global step), but each push is added to the step's sum straight from its
 // stream (custom_ops/core/accumulate.h) instead of from a dense decoded copy.
 //
-// Order: pushes are added one at a time under the accumulator's lock, in the
-// order they take it (arrival order), as TF's accumulator does; each push's
-// own work runs in parallel over TF's CPU threads. The sum is therefore bit
-// for bit the dense path's for the same pushes in the same order.
+// Order: pushes are decoded outside the accumulator's lock and added one at
+// a time under it, in the order they take it (arrival order), as TF's
+// accumulator does; each push's own work runs in parallel over TF's CPU
+// threads. The sum is therefore bit for bit the dense path's for the same
+// pushes in the same order.
 //
 // The take is an AsyncOpKernel: it never holds an inter-op thread while it
 // waits, and a cancelled step (a closed session) cancels it.
@@ -69,27 +70,23 @@ class CompressedAccumulator : public ResourceBase {
 
   void Apply(OpKernelContext* ctx, int64_t local_step, const Push3LC& push) {
     const Executor exec = TfExecutor(ctx);
-    bool stale;
+    // Decoded (and checked in full) before the lock: pushes arriving together
+    // decode side by side and queue only for their adds. A stale push is
+    // dropped after it was checked, as TF drops a stale gradient.
+    Decoded3LC decoded;
+    const Status s = DecodePush3LC(push, n_, block_size_, adaptive_, exec, &decoded);
+    OP_REQUIRES(ctx, s.ok(), errors::InvalidArgument(s.message()));
     {
       mutex_lock lock(mu_);
-      stale = local_step < global_step_;
-      if (!stale) {
-        if (!has_sum_) {  // the step's buffer (the last take handed its own out)
-          Tensor fresh;
-          OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DT_FLOAT, TensorShape({n_}),
-                                                 &fresh));
-          sum_ = fresh;
-          has_sum_ = true;
-        }
-        const Status s = AddPush3LC(push, n_, block_size_, adaptive_, exec,
-                                    sum_.flat<float>().data(), &state_);
-        OP_REQUIRES(ctx, s.ok(), errors::InvalidArgument(s.message()));
+      if (local_step < global_step_) return;
+      if (!has_sum_) {  // the step's buffer (the last take handed its own out)
+        Tensor fresh;
+        OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DT_FLOAT, TensorShape({n_}),
+                                               &fresh));
+        sum_ = fresh;
+        has_sum_ = true;
       }
-    }
-    if (stale) {  // dropped, as TF drops a stale gradient; but it must be well-formed
-      const Status s = ValidatePush3LC(push, n_, block_size_, adaptive_, exec);
-      OP_REQUIRES(ctx, s.ok(), errors::InvalidArgument(s.message()));
-      return;
+      AddDecodedPush3LC(push, decoded, exec, sum_.flat<float>().data(), &state_);
     }
     Flush();
   }
