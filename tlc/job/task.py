@@ -1,10 +1,12 @@
 """One task of a training cluster: a parameter server or a worker."""
 import contextlib
+import dataclasses
 import errno
 import os
 import re
 import socket
 import time
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -178,8 +180,37 @@ def _tlc_optimizer(flags, num_workers, per_example_loss):
         push_buckets=flags.push_buckets)
 
 
-def _run_worker(server, cluster, spec, index, config, flags, dog):
-    is_chief = index == 0
+@dataclasses.dataclass(frozen=True)
+class WorkerGraph:
+    """What a worker's graph gives the training loop."""
+    dataset: Any
+    model_name: str
+    batches: Any
+    images: Any
+    labels: Any
+    loss: Any
+    correct: Any
+    sync: Any          # tlc's SyncReplicasOptimizer, or StockSync for --sync=tf
+    train_op: Any
+    tuner: Any         # autotune.AutoTuner or None
+
+
+@dataclasses.dataclass
+class Progress:
+    """The training loop's state, kept outside it: a session that ends
+    quietly (the chief stopped) leaves the loop by an exception that the
+    session swallows, and the step reached is still reported."""
+    step: int
+    first_step: int
+    last: dict                      # the last log point (time, step, counters)
+    loss_value: float = float("nan")
+    losses: list = dataclasses.field(default_factory=list)
+    curve: list = dataclasses.field(default_factory=list)
+    # The chief's every step: (step, seconds, loss, bytes pushed, bytes pulled).
+    history: list = dataclasses.field(default_factory=list)
+
+
+def _build_worker_graph(cluster, spec, index, flags):
     num_workers = len(spec["worker"])
     dataset = data.load(flags.dataset, flags.data_dir)
     model_name = flags.model or dataset.default_model
@@ -219,7 +250,14 @@ def _run_worker(server, cluster, spec, index, config, flags, dog):
         extra_updates = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
         if extra_updates:
             train_op = tf.group(train_op, *extra_updates)
+    return WorkerGraph(dataset, model_name, batches, images, labels, loss, correct, sync,
+                       train_op, tuner)
 
+
+def _run_worker(server, cluster, spec, index, config, flags, dog):
+    is_chief = index == 0
+    graph = _build_worker_graph(cluster, spec, index, flags)
+    sync = graph.sync
     logdir = flags.logdir
     writer = tf.compat.v1.summary.FileWriter(os.path.join(logdir, "tensorboard")) if is_chief \
         else None
@@ -234,90 +272,22 @@ def _run_worker(server, cluster, spec, index, config, flags, dog):
     hooks = [sync.make_session_run_hook(is_chief, num_tokens=0, checkpoint_dir=shards_dir,
                                         save_checkpoint_steps=flags.checkpoint_steps or None,
                                         stall_timeout=None)]
-    traffic = sync.traffic
     start = time.time()
-    summary = {"task": index, "model": model_name, "compressor": sync.compressor.describe(),
+    summary = {"task": index, "model": graph.model_name, "compressor": sync.compressor.describe(),
                "pull_compressor": sync.pull_compressor.describe()}
+    progress = None
     with training_session(server.target, is_chief, hooks, checkpoint_dir=checkpoint_dir,
                           save_checkpoint_steps=flags.checkpoint_steps or None,
                           save_checkpoint_secs=flags.checkpoint_secs or None,
                           config=config) as sess:
         step = sess.run(sync.local_version)
-        first_step, last = step, {"time": time.time(), "step": step,
-                                  **sess.run({k: traffic[k] for k in ("bytes_pushed", "bytes_pulled",
-                                                                     "worker_steps")})}
-        loss_value, losses, curve = float("nan"), [], []
-        history = []  # chief: (step, seconds, loss, bytes pushed, bytes pulled) per step
-        next_eval = flags.eval_every
+        progress = Progress(step=step, first_step=step, last={
+            "time": time.time(), "step": step,
+            **sess.run({k: sync.traffic[k] for k in ("bytes_pushed", "bytes_pulled",
+                                                     "worker_steps")})})
         tracer = trace.Tracer(logdir, index, flags.trace_steps)
-        # A step that ends is every parameter server it ran on answering:
-        # the watchdog asks those no more while steps end.
-        step_servers = dog.prober.servers_run_by([train_op])
-        while step < flags.steps:
-            x, y = batches.next()
-            feed = {images: x, labels: y}
-            started = time.perf_counter()
-            dog.step_started(int(step) + 1)
-            tracing = tracer.wants(len(losses))
-            answered = ()
-            try:
-                _, loss_value, step, sent = sess.run(
-                    [train_op, loss, sync.version_after_step, sync.step_traffic],
-                    feed if tuner is None else {**feed, **tuner.feed_dict()},
-                    **tracer.run_arguments() if tracing else {})
-                answered = step_servers
-            finally:
-                dog.step_ended(answered)
-            if tracing:
-                tracer.record(int(step))
-            if tuner is not None:
-                tuner.after_step(sess, feed, time.perf_counter() - started,
-                                 sent["pushed"], sent["pulled"])
-            losses.append(float(loss_value))
-            if is_chief:
-                history.append((int(step), time.time() - start, float(loss_value),
-                                int(sent["pushed"]), int(sent["pulled"])))
-            if not np.isfinite(loss_value):
-                error = FloatingPointError(f"loss is {loss_value}")
-                error.tlc_step = int(step)
-                raise error
-            if is_chief and (step // flags.log_every > last["step"] // flags.log_every
-                             or step >= flags.steps):
-                last = _report(sess, traffic, step, loss_value, last, flags, writer, tuner)
-                if flags.eval_every and step >= next_eval:  # at log points only
-                    started = time.time()
-                    last["accuracy"] = data.evaluate(sess, correct, images, labels,
-                                                     dataset.test_x, dataset.test_y,
-                                                     flags.eval_batch, limit=flags.eval_examples)
-                    last["eval_seconds"] = time.time() - started  # not training time
-                    next_eval = (step // flags.eval_every + 1) * flags.eval_every
-                curve.append(last)
-        last_step_time = time.time()
-        counters = sess.run(traffic)
-        summary.update({k: int(v) for k, v in counters.items()})
-        window = max(1, len(losses) // 5)  # mean loss over the first and last fifth
-        summary.update(global_step=int(step), first_step=int(first_step),
-                       final_loss=float(loss_value), train_seconds=last_step_time - start,
-                       last_step_time=last_step_time,
-                       early_loss=float(np.mean(losses[:window])) if losses else None,
-                       late_loss=float(np.mean(losses[-window:])) if losses else None)
-        summary["local_copy_check"] = sync.local_copy_check(sess)
-        summary["full_syncs"] = sync.full_syncs
-        summary["time_breakdown"] = sync.time_breakdown(sess)
-        if tracer.records:
-            summary["trace"] = tracer.report()
-        if is_chief:
-            summary["curve"] = [{k: (int(v) if k == "step" else float(v)) for k, v in point.items()
-                                 if k in ("step", "time", "loss", "push_bytes_per_step",
-                                          "pull_bytes_per_step", "accuracy",
-                                          "eval_seconds")}
-                                | point.get("tuning", {}) for point in curve]
-            summary["pull_compressions"] = int(sess.run(sync.pull_compressions))
-            summary["compressed_variables"] = len(sync.compressed_variables)
-            summary["test_accuracy"] = data.evaluate(sess, correct, images, labels,
-                                                     dataset.test_x, dataset.test_y,
-                                                     flags.eval_batch)
-            print(f"test accuracy {summary['test_accuracy']:.4f}", flush=True)
+        _train(sess, graph, progress, tracer, index, flags, dog, writer, start)
+        summary.update(_after_training(sess, graph, progress, tracer, is_chief, flags, start))
         # Training, checks and evaluation are done: from here on it is shutdown.
         summary["work_done_time"] = time.time()
     # Only now release the parameter servers: the session has closed cleanly.
@@ -327,16 +297,99 @@ def _run_worker(server, cluster, spec, index, config, flags, dog):
     if "work_done_time" not in summary:
         # MonitoredSession ends quietly when the token queue is closed under
         # it (the chief stopped): that is no finished run.
-        print(f"worker {index}: training stopped at step {step} of {flags.steps}: the session "
-              "ended early (did the chief or a parameter server stop?)", flush=True)
+        reached = progress.step if progress is not None else "?"
+        print(f"worker {index}: training stopped at step {reached} of {flags.steps}: the "
+              "session ended early (did the chief or a parameter server stop?)", flush=True)
         return 1
     if not cl.write_json(os.path.join(logdir, f"worker{index}.json"), summary):
         print(f"worker {index}: trained to step {summary['global_step']} but its report is "
               "lost (see the line above)", flush=True)
         return 1
     if is_chief:
-        _write_steps(os.path.join(logdir, plots.STEPS_FILE), start, history)
+        _write_steps(os.path.join(logdir, plots.STEPS_FILE), start, progress.history)
     return 0
+
+
+def _train(sess, graph, progress, tracer, index, flags, dog, writer, start):
+    """Steps until flags.steps, keeping `progress`; the chief logs and evaluates."""
+    is_chief, sync, tuner = index == 0, graph.sync, graph.tuner
+    next_eval = flags.eval_every
+    # A step that ends is every parameter server it ran on answering:
+    # the watchdog asks those no more while steps end.
+    step_servers = dog.prober.servers_run_by([graph.train_op])
+    while progress.step < flags.steps:
+        x, y = graph.batches.next()
+        feed = {graph.images: x, graph.labels: y}
+        started = time.perf_counter()
+        dog.step_started(int(progress.step) + 1)
+        tracing = tracer.wants(len(progress.losses))
+        answered = ()
+        try:
+            _, loss_value, step, sent = sess.run(
+                [graph.train_op, graph.loss, sync.version_after_step, sync.step_traffic],
+                feed if tuner is None else {**feed, **tuner.feed_dict()},
+                **tracer.run_arguments() if tracing else {})
+            answered = step_servers
+        finally:
+            dog.step_ended(answered)
+        progress.step, progress.loss_value = step, loss_value
+        if tracing:
+            tracer.record(int(step))
+        if tuner is not None:
+            tuner.after_step(sess, feed, time.perf_counter() - started,
+                             sent["pushed"], sent["pulled"])
+        progress.losses.append(float(loss_value))
+        if is_chief:
+            progress.history.append((int(step), time.time() - start, float(loss_value),
+                                     int(sent["pushed"]), int(sent["pulled"])))
+        if not np.isfinite(loss_value):
+            error = FloatingPointError(f"loss is {loss_value}")
+            error.tlc_step = int(step)
+            raise error
+        last = progress.last
+        if is_chief and (step // flags.log_every > last["step"] // flags.log_every
+                         or step >= flags.steps):
+            last = _report(sess, sync.traffic, step, loss_value, last, flags, writer, tuner)
+            if flags.eval_every and step >= next_eval:  # at log points only
+                started = time.time()
+                last["accuracy"] = _evaluate(sess, graph, flags, limit=flags.eval_examples)
+                last["eval_seconds"] = time.time() - started  # not training time
+                next_eval = (step // flags.eval_every + 1) * flags.eval_every
+            progress.last = last
+            progress.curve.append(last)
+
+
+def _evaluate(sess, graph, flags, limit=None):
+    return data.evaluate(sess, graph.correct, graph.images, graph.labels, graph.dataset.test_x,
+                         graph.dataset.test_y, flags.eval_batch, limit=limit)
+
+
+def _after_training(sess, graph, progress, tracer, is_chief, flags, start):
+    """The worker's summary: counters, losses, checks; the chief's curve and accuracy."""
+    sync, losses = graph.sync, progress.losses
+    last_step_time = time.time()
+    summary = {k: int(v) for k, v in sess.run(sync.traffic).items()}
+    window = max(1, len(losses) // 5)  # mean loss over the first and last fifth
+    summary.update(global_step=int(progress.step), first_step=int(progress.first_step),
+                   final_loss=float(progress.loss_value), train_seconds=last_step_time - start,
+                   last_step_time=last_step_time,
+                   early_loss=float(np.mean(losses[:window])) if losses else None,
+                   late_loss=float(np.mean(losses[-window:])) if losses else None)
+    summary["local_copy_check"] = sync.local_copy_check(sess)
+    summary["full_syncs"] = sync.full_syncs
+    summary["time_breakdown"] = sync.time_breakdown(sess)
+    if tracer.records:
+        summary["trace"] = tracer.report()
+    if is_chief:
+        summary["curve"] = [{k: (int(v) if k == "step" else float(v)) for k, v in point.items()
+                             if k in ("step", "time", "loss", "push_bytes_per_step",
+                                      "pull_bytes_per_step", "accuracy", "eval_seconds")}
+                            | point.get("tuning", {}) for point in progress.curve]
+        summary["pull_compressions"] = int(sess.run(sync.pull_compressions))
+        summary["compressed_variables"] = len(sync.compressed_variables)
+        summary["test_accuracy"] = _evaluate(sess, graph, flags)
+        print(f"test accuracy {summary['test_accuracy']:.4f}", flush=True)
+    return summary
 
 
 def _write_steps(path, start, history):
