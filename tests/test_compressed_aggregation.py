@@ -124,6 +124,34 @@ def test_bit_exact_with_todays_path_over_steps_with_stale_pushes(config):
     assert np.array_equal(bits(new), bits(ref))
 
 
+@pytest.mark.parametrize("zero_fraction", [0.0, 0.9, 0.995])
+def test_bit_exact_over_densities_and_tensors_split_among_threads(zero_fraction):
+    """A push is added from its listed positions: sparse and dense pushes
+    (different Golomb parameters), a tensor long enough for TF's threads to
+    split it (each takes its range of the listed positions), the first push
+    written and the later ones added, against today's path and numpy."""
+    n = 300_007
+    config = dict(adaptive=True, block_size=BLOCK)
+    workers = [Worker(seed, config, n) for seed in range(3)]
+    for worker in workers:
+        worker.rng = np.random.default_rng(worker.rng.integers(1 << 30))
+    pair = Pair(config, n)
+    for step in range(2):
+        pushes = []
+        for worker in workers:
+            x = worker.rng.standard_normal(n) * worker.rng.exponential(1.0, n) * 1e-3
+            x[worker.rng.random(n) < zero_fraction] = 0
+            code, m = codec.compress_3lc(x.astype(np.float32), worker.error, 1.0, num_threads=1,
+                                         **config)
+            pushes.append((code, np.asarray(m, np.float32)))
+            pair.push_both(pushes[-1], step)
+        assert all(code[0] == 1 for code, _ in pushes), "Golomb-coded pushes expected"
+        ref, new = pair.take_both(len(workers))
+        assert np.array_equal(bits(new), bits(ref))
+        assert np.array_equal(bits(new), bits(dense_reference(pushes, n, config)))
+        assert np.count_nonzero(new) > 0
+
+
 def test_zero_scales_and_signed_zeros_exact():
     """Hostile but well-formed pushes: non-zero digits against a zero scale
     decode to -0.0 (the compressor never writes that); the dense path's signed

@@ -30,8 +30,9 @@ bool NegativeZeroInZeroScaleBlocks(const Push3LC& push, int64_t n, int64_t span,
 
 Status DecodePush3LC(const Push3LC& push, int64_t n, int64_t block_size, bool adaptive,
                      const Executor& exec, Decoded3LC* decoded) {
+  // Positions, not masks: a later push's add then touches only its non-zeros.
   return Decode3LC(push.code, push.code_size, push.scales, push.num_scales, n, block_size,
-                   adaptive, exec, decoded);
+                   adaptive, exec, decoded, /*list_positions=*/true);
 }
 
 void AddDecodedPush3LC(const Push3LC& push, const Decoded3LC& decoded, const Executor& exec,

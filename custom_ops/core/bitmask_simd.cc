@@ -978,11 +978,24 @@ TLC_ALWAYS_INLINE int64_t GapOfWord(uint64_t inv, int ones, int need, uint64_t s
   return static_cast<int64_t>((static_cast<uint64_t>(ones) + 2) * step - (inv >> (64 - need)));
 }
 
-template <bool kLzcnt>
+// Each position as (p << 1) | negative, in order (p < 2^31): what the
+// parameter server adds a sparse push from, with no mask words to mark.
+struct PositionMarker {
+  const uint8_t* signs;
+  uint32_t* out;
+  int64_t k = 0;
+  TLC_ALWAYS_INLINE void Mark(int64_t p, uint64_t negative) {
+    out[k++] = (static_cast<uint32_t>(p) << 1) | static_cast<uint32_t>(negative);
+  }
+  TLC_ALWAYS_INLINE uint64_t Sign(uint64_t i) const { return (signs[i >> 3] >> (~i & 7)) & 1; }
+};
+
+// Marker: MaskMarker or PositionMarker (what each decoded position becomes).
+template <bool kLzcnt, typename Marker>
 TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int b,
-                                          uint64_t count, int64_t n, const uint8_t* signs,
-                                          uint64_t* nz, uint64_t* neg, int64_t* end_bit) {
-  MaskMarker marker{signs, nz, neg};
+                                          uint64_t count, int64_t n, Marker& marker,
+                                          int64_t* end_bit) {
+  const uint8_t* const signs = marker.signs;
   const int b1 = b + 1;
   const uint64_t step = uint64_t{1} << b;
   int64_t prev = -1;
@@ -1154,14 +1167,29 @@ void AccumulateGeneric(const uint64_t* nz, const uint64_t* neg, const float* sca
 
 Status DecodeGolombGeneric(const uint8_t* code, int64_t len, int b, uint64_t count, int64_t n,
                            const uint8_t* signs, uint64_t* nz, uint64_t* neg, int64_t* end_bit) {
-  return DecodeGolombImpl<false>(code, len, b, count, n, signs, nz, neg, end_bit);
+  MaskMarker marker{signs, nz, neg};
+  return DecodeGolombImpl<false>(code, len, b, count, n, marker, end_bit);
+}
+
+Status DecodePositionsGeneric(const uint8_t* code, int64_t len, int b, uint64_t count, int64_t n,
+                              const uint8_t* signs, uint32_t* positions, int64_t* end_bit) {
+  PositionMarker marker{signs, positions};
+  return DecodeGolombImpl<false>(code, len, b, count, n, marker, end_bit);
 }
 
 #if TLC_X86_KERNELS
 TLC_AVX2 Status DecodeGolombAvx2(const uint8_t* code, int64_t len, int b, uint64_t count,
                                  int64_t n, const uint8_t* signs, uint64_t* nz, uint64_t* neg,
                                  int64_t* end_bit) {
-  return DecodeGolombImpl<true>(code, len, b, count, n, signs, nz, neg, end_bit);
+  MaskMarker marker{signs, nz, neg};
+  return DecodeGolombImpl<true>(code, len, b, count, n, marker, end_bit);
+}
+
+TLC_AVX2 Status DecodePositionsAvx2(const uint8_t* code, int64_t len, int b, uint64_t count,
+                                    int64_t n, const uint8_t* signs, uint32_t* positions,
+                                    int64_t* end_bit) {
+  PositionMarker marker{signs, positions};
+  return DecodeGolombImpl<true>(code, len, b, count, n, marker, end_bit);
 }
 
 // All-ones in lane k where bit k of the byte holding bits i..i+7 is set (i a
@@ -1313,6 +1341,39 @@ Status DecodeGolombToBits(const uint8_t* code, int64_t len, int b, uint64_t coun
   if (UseAvx2Kernels()) return DecodeGolombAvx2(code, len, b, count, n, signs, nz, neg, end_bit);
 #endif
   return DecodeGolombGeneric(code, len, b, count, n, signs, nz, neg, end_bit);
+}
+
+Status DecodeGolombToPositions(const uint8_t* code, int64_t len, int b, uint64_t count,
+                               int64_t n, const uint8_t* signs, uint32_t* positions,
+                               int64_t* end_bit) {
+  if (n > kMaxPositionElements) return Status::Invalid("golomb: too many elements for positions");
+#if TLC_X86_KERNELS
+  if (UseAvx2Kernels()) {
+    return DecodePositionsAvx2(code, len, b, count, n, signs, positions, end_bit);
+  }
+#endif
+  return DecodePositionsGeneric(code, len, b, count, n, signs, positions, end_bit);
+}
+
+void PositionsToValues(const uint32_t* positions, int64_t count, const float* scales,
+                       int64_t span, bool accumulate, float* out) {
+  if (count == 0) return;
+  // Positions ascend: the block's scale changes only when a position passes
+  // the block's end.
+  int64_t k = (positions[0] >> 1) / span;
+  int64_t block_end = (k + 1) * span;
+  uint32_t m_bits;
+  std::memcpy(&m_bits, &scales[k], sizeof(m_bits));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t p = positions[i] >> 1;
+    if (p >= block_end) {
+      k = p / span;
+      block_end = (k + 1) * span;
+      std::memcpy(&m_bits, &scales[k], sizeof(m_bits));
+    }
+    const float v = BitsToFloat(m_bits ^ ((positions[i] & 1u) << 31));
+    out[p] = accumulate ? out[p] + v : v;
+  }
 }
 
 void ExpandBits(const uint64_t* nz, const uint64_t* neg, const float* scales, int64_t span,

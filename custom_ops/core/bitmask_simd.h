@@ -130,6 +130,21 @@ int64_t GolombBytesBound(int64_t k, int64_t n, int b);
 Status DecodeGolombToBits(const uint8_t* code, int64_t len, int b, uint64_t count, int64_t n,
                           const uint8_t* signs, uint64_t* nz, uint64_t* neg, int64_t* end_bit);
 
+// DecodeGolombToBits with each position p listed instead, as (p << 1) |
+// negative (ascending, so n must be at most kMaxPositionElements): `count`
+// entries. Same checks and messages.
+constexpr int64_t kMaxPositionElements = int64_t{1} << 31;
+Status DecodeGolombToPositions(const uint8_t* code, int64_t len, int b, uint64_t count,
+                               int64_t n, const uint8_t* signs, uint32_t* positions,
+                               int64_t* end_bit);
+
+// For each listed position p (ascending): out[p] = v, or out[p] += v when
+// `accumulate`, v = the scale of p's block (scales[p / span]) with the sign
+// flipped where negative: the bits ExpandBits writes there. Other elements
+// are not touched.
+void PositionsToValues(const uint32_t* positions, int64_t count, const float* scales,
+                       int64_t span, bool accumulate, float* out);
+
 // out[i] for i in [begin, end): +0.0f where bit i of nz is clear, else the
 // element's scale m = scales[i / span], negated where bit i of neg is set.
 void ExpandBits(const uint64_t* nz, const uint64_t* neg, const float* scales, int64_t span,

@@ -1,5 +1,6 @@
 #include "threelc.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -110,9 +111,10 @@ void WriteZeroRun(const Decoded3LC& d, bool accumulate, const Executor& exec, fl
   });
 }
 
-// Positions and signs of a Golomb body into per-element masks, validating
-// every code word.
-Status DecodeGolombMasks(const uint8_t* body, int64_t len, int64_t n, Decoded3LC* d) {
+// Positions and signs of a Golomb body into per-element masks (or a list of
+// positions), validating every code word.
+Status DecodeGolombBody(const uint8_t* body, int64_t len, int64_t n, bool list_positions,
+                        Decoded3LC* d) {
   if (len < 1) return Status::Invalid("3lc: golomb payload is empty");
   const int b = body[0];
   if (b > kMaxGolombB) return Status::Invalid("3lc: golomb parameter above 31");
@@ -130,12 +132,19 @@ Status DecodeGolombMasks(const uint8_t* body, int64_t len, int64_t n, Decoded3LC
     return Status::Invalid("3lc: sign padding bits are not zero");
   }
   pos += sign_bytes;
-  d->words = n / 64 + 1;
-  d->masks.reset(new uint64_t[2 * d->words]());
-  uint64_t *nz = d->masks.get(), *neg = d->masks.get() + d->words;
   int64_t end_bit = 0;
-  TLC_RETURN_IF_ERROR(
-      DecodeGolombToBits(body + pos, len - pos, b, count, n, signs, nz, neg, &end_bit));
+  if (list_positions && n <= kMaxPositionElements) {
+    d->count = static_cast<int64_t>(count);
+    d->positions.reset(new uint32_t[count > 0 ? count : 1]);
+    TLC_RETURN_IF_ERROR(DecodeGolombToPositions(body + pos, len - pos, b, count, n, signs,
+                                                d->positions.get(), &end_bit));
+  } else {
+    d->words = n / 64 + 1;
+    d->masks.reset(new uint64_t[2 * d->words]());
+    uint64_t *nz = d->masks.get(), *neg = d->masks.get() + d->words;
+    TLC_RETURN_IF_ERROR(
+        DecodeGolombToBits(body + pos, len - pos, b, count, n, signs, nz, neg, &end_bit));
+  }
   if (!GolombReader(body + pos, len - pos, b, end_bit).AtEnd()) {
     return Status::Invalid("3lc: bytes left after the last position");
   }
@@ -143,7 +152,26 @@ Status DecodeGolombMasks(const uint8_t* body, int64_t len, int64_t n, Decoded3LC
   return Status::Ok();
 }
 
+// From listed positions: each task takes a range of elements and the
+// positions in it (they ascend); a written (not added) range is zeroed first.
+void WritePositions(const Decoded3LC& d, bool accumulate, const Executor& exec, float* out) {
+  const uint32_t* positions = d.positions.get();
+  const int64_t tasks = exec.NumTasks(d.n, kMinElementsPerTask);
+  exec.ParallelFor(tasks, [&](int64_t t) {
+    int64_t begin, end;
+    TaskRange(d.n, tasks, t, &begin, &end);
+    const uint32_t* first = std::lower_bound(positions, positions + d.count,
+                                             static_cast<uint32_t>(begin << 1));
+    const uint32_t* last = std::lower_bound(first, positions + d.count,
+                                            static_cast<uint64_t>(end) << 1,
+                                            [](uint32_t v, uint64_t key) { return v < key; });
+    if (!accumulate) std::memset(out + begin, 0, sizeof(float) * (end - begin));
+    PositionsToValues(first, last - first, d.scales, d.span, accumulate, out);
+  });
+}
+
 void WriteGolomb(const Decoded3LC& d, bool accumulate, const Executor& exec, float* out) {
+  if (d.positions) return WritePositions(d, accumulate, exec, out);
   const uint64_t *nz = d.masks.get(), *neg = d.masks.get() + d.words;
   const int64_t tasks = exec.NumTasks(d.n, kMinElementsPerTask);
   exec.ParallelFor(tasks, [&](int64_t t) {
@@ -332,7 +360,7 @@ Status Compress3LC(const float* x, const float* error_in, float* error_out, int6
 
 Status Decode3LC(const uint8_t* code, int64_t len, const float* scales, int64_t num_scales,
                  int64_t n, int64_t block_size, bool adaptive, const Executor& exec,
-                 Decoded3LC* decoded) {
+                 Decoded3LC* decoded, bool list_positions) {
   if (n < 0 || len < 0) return Status::Invalid("3lc: negative size");
   TLC_RETURN_IF_ERROR(CheckBlockSize(block_size));
   const int64_t want = NumScales(n, block_size);
@@ -361,7 +389,7 @@ Status Decode3LC(const uint8_t* code, int64_t len, const float* scales, int64_t 
   } else if (code[0] == static_cast<uint8_t>(PayloadTag::kZeroRun)) {
     TLC_RETURN_IF_ERROR(PlanZeroRun(code + 1, len - 1, n, exec, &d));
   } else if (code[0] == static_cast<uint8_t>(PayloadTag::kGolombSigns)) {
-    TLC_RETURN_IF_ERROR(DecodeGolombMasks(code + 1, len - 1, n, &d));
+    TLC_RETURN_IF_ERROR(DecodeGolombBody(code + 1, len - 1, n, list_positions, &d));
   } else {
     return Status::Invalid("3lc: unknown payload tag " + std::to_string(code[0]));
   }

@@ -57,7 +57,9 @@ Status Decompress3LC(const uint8_t* code, int64_t len, const float* scales, int6
 // WriteDecoded3LC then writes or adds the values and cannot fail. The
 // parameter server decodes a push before it takes its accumulator's lock, so
 // that only the add runs under the lock. `code` and `scales` must outlive
-// the Decoded3LC.
+// the Decoded3LC. list_positions: a Golomb body's positions are listed
+// instead of marked in masks (when n <= kMaxPositionElements): cheaper to
+// decode, and an add then touches only them (the PS's sparse pushes).
 struct Decoded3LC {
   int64_t n = 0;
   const float* scales = nullptr;
@@ -68,10 +70,12 @@ struct Decoded3LC {
   ZreDecodePlan plan;
   std::unique_ptr<uint64_t[]> masks;  // Golomb: non-zero bits, then negative bits
   int64_t words = 0;
+  std::unique_ptr<uint32_t[]> positions;  // or Golomb, listed: (p << 1) | negative
+  int64_t count = 0;
 };
 Status Decode3LC(const uint8_t* code, int64_t len, const float* scales, int64_t num_scales,
                  int64_t n, int64_t block_size, bool adaptive, const Executor& exec,
-                 Decoded3LC* decoded);
+                 Decoded3LC* decoded, bool list_positions = false);
 void WriteDecoded3LC(const Decoded3LC& decoded, bool accumulate, const Executor& exec,
                      float* out);
 
