@@ -409,9 +409,11 @@ void WriteDecoded3LC(const Decoded3LC& decoded, bool accumulate, const Executor&
 Status Decompress3LC(const uint8_t* code, int64_t len, const float* scales, int64_t num_scales,
                      int64_t n, int64_t block_size, bool adaptive, bool accumulate,
                      const Executor& exec, float* out) {
+  // An add touches only the non-zeros: listed positions serve it best; a
+  // dense write is cheaper from masks.
   Decoded3LC decoded;
-  TLC_RETURN_IF_ERROR(
-      Decode3LC(code, len, scales, num_scales, n, block_size, adaptive, exec, &decoded));
+  TLC_RETURN_IF_ERROR(Decode3LC(code, len, scales, num_scales, n, block_size, adaptive, exec,
+                                &decoded, /*list_positions=*/accumulate));
   WriteDecoded3LC(decoded, accumulate, exec, out);
   return Status::Ok();
 }

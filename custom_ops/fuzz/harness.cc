@@ -118,16 +118,17 @@ bool Check3LC(int decoder, const uint8_t* code, size_t len, int64_t n,
                                      accumulate, exec, out.data())
                       .ok();
   if (ok != expect_ok) Fail(decoder, ok ? "accepted an invalid code" : "rejected a valid code");
-  // The parameter server's path (Golomb positions listed, not marked in
-  // masks): the same verdict and the same bits.
-  std::vector<float> listed = before;
+  // Golomb positions in the representation Decompress3LC does not use for
+  // this decoder (it lists them for an add, marks masks for a write): the
+  // same verdict and the same bits.
+  std::vector<float> other = before;
   tlc::Decoded3LC decoded;
-  const bool listed_ok = tlc::Decode3LC(code, len, scales.data(), scales.size(), n, block,
-                                        adaptive, exec, &decoded, /*list_positions=*/true)
-                             .ok();
-  if (listed_ok) tlc::WriteDecoded3LC(decoded, accumulate, exec, listed.data());
-  if (listed_ok != ok) Fail(decoder, "listed positions disagree on the code's validity");
-  if (!SameBits(listed.data(), out.data(), n)) Fail(decoder, "listed positions decode differently");
+  const bool other_ok = tlc::Decode3LC(code, len, scales.data(), scales.size(), n, block,
+                                       adaptive, exec, &decoded, /*list_positions=*/!accumulate)
+                            .ok();
+  if (other_ok) tlc::WriteDecoded3LC(decoded, accumulate, exec, other.data());
+  if (other_ok != ok) Fail(decoder, "masks and listed positions disagree on the code's validity");
+  if (!SameBits(other.data(), out.data(), n)) Fail(decoder, "masks and listed positions differ");
   if (!ok) {
     if (!SameBits(out.data(), before.data(), n)) Fail(decoder, "failed decode wrote output");
     return false;
