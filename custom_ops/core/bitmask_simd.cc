@@ -929,6 +929,11 @@ TLC_ALWAYS_INLINE uint64_t SignBitsFrom(const uint8_t* signs, uint64_t count, ui
   return LoadBigEndianUpTo(signs + at, have) << (i & 7);
 }
 
+// The sign bit of the i-th position (1: negative), read one at a time.
+TLC_ALWAYS_INLINE uint64_t SignOf(const uint8_t* signs, uint64_t i) {
+  return (signs[i >> 3] >> (~i & 7)) & 1;
+}
+
 // The mask words being written. They live in locals of the decoder (stores
 // through uint64_t* could otherwise alias them and keep them in memory);
 // Mark is inlined into each caller.
@@ -952,8 +957,6 @@ struct MaskMarker {
     neg[word] = cur_neg;
     cur_word = word;
   }
-  // The sign bit of the i-th position.
-  TLC_ALWAYS_INLINE uint64_t Sign(uint64_t i) const { return (signs[i >> 3] >> (~i & 7)) & 1; }
 };
 
 // Leading zeros of v, or at least 63 for v = 0. kLzcnt: the CPU has LZCNT,
@@ -987,7 +990,6 @@ struct PositionMarker {
   TLC_ALWAYS_INLINE void Mark(int64_t p, uint64_t negative) {
     out[k++] = (static_cast<uint32_t>(p) << 1) | static_cast<uint32_t>(negative);
   }
-  TLC_ALWAYS_INLINE uint64_t Sign(uint64_t i) const { return (signs[i >> 3] >> (~i & 7)) & 1; }
 };
 
 // Marker: MaskMarker or PositionMarker (what each decoded position becomes).
@@ -1050,7 +1052,7 @@ TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int 
     uint64_t gap;
     TLC_RETURN_IF_ERROR(SlowGap(code, len, b, static_cast<uint64_t>(n - 1 - prev), &at, &gap));
     prev += static_cast<int64_t>(gap);
-    marker.Mark(prev, marker.Sign(i));
+    marker.Mark(prev, SignOf(signs, i));
     ++i;
   }
   // The rest, near the end of the stream: a buffer refilled with the bytes
@@ -1076,7 +1078,7 @@ TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int 
         loaded = cnt = 0;
         buf = 0;
         prev += static_cast<int64_t>(gap);
-        marker.Mark(prev, marker.Sign(i));
+        marker.Mark(prev, SignOf(signs, i));
         continue;
       }
     }
@@ -1084,7 +1086,7 @@ TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int 
     if (__builtin_expect(prev >= n, 0)) return Status::Invalid("golomb: gap exceeds the tensor size");
     buf <<= need;
     cnt -= need;
-    marker.Mark(prev, marker.Sign(i));
+    marker.Mark(prev, SignOf(signs, i));
   }
   *end_bit = loaded_at + loaded - cnt;
   return Status::Ok();

@@ -7,9 +7,23 @@ import tensorflow as tf
 from tlc.optimizer import state
 
 
-def _source(entry):
-    """What a worker's local copy must equal: the shadow if compressed."""
-    return entry.shadow if entry.shadow is not None else entry.master
+def read_model(shared, entries):
+    """(global step before, [(entry, copy of what its local copy must equal:
+    the shadow if compressed)], pull updates begun after). The copies are
+    one model version when no pull update began between the two reads."""
+    gs = shared.global_step
+    with tf.device(gs.device):
+        before = tf.cast(gs.read_value(), tf.int64)
+    reads = []
+    with tf.control_dependencies([before]):
+        for entry in entries:
+            if entry.has_local_copy:
+                source = entry.shadow if entry.shadow is not None else entry.master
+                with tf.device(source.device):
+                    reads.append((entry, state.value_copy(source)))
+    with tf.control_dependencies([r for _, r in reads]), tf.device(gs.device):
+        after = tf.cast(shared.server.pull_begin.read_value(), tf.int64)
+    return before, reads, after
 
 
 class FullSync:
@@ -17,19 +31,7 @@ class FullSync:
     version check: consistent when no pull update started meanwhile."""
 
     def __init__(self, shared, entries):
-        gs = shared.global_step
-        with tf.device(gs.device):
-            before = tf.cast(gs.read_value(), tf.int64)
-        reads = []
-        with tf.control_dependencies([before]):
-            for entry in entries:
-                if entry.has_local_copy:
-                    source = _source(entry)
-                    with tf.device(source.device):
-                        reads.append((entry, state.value_copy(source)))
-        with tf.control_dependencies([r for _, r in reads]):
-            with tf.device(gs.device):
-                after = tf.cast(shared.server.pull_begin.read_value(), tf.int64)
+        before, reads, after = read_model(shared, entries)
         assigns = [e.local.assign(v, read_value=False) for e, v in reads]
         with tf.device(shared.worker_host):
             assigns.append(shared.worker.local_version.assign(before, read_value=False))

@@ -4,7 +4,7 @@ own recipes (Supervisor, a plain Session) use only this object."""
 import tensorflow as tf
 
 from tlc import replica
-from tlc.optimizer import state
+from tlc.optimizer import full_sync, state
 from tlc.optimizer.residuals import Residuals
 
 
@@ -205,20 +205,10 @@ def add_resync(shared, entries, step, slot):
     again), unless a hook does it. Added only when such a recipe asks for the
     init ops, before its session starts: the copy's reads are tensors
     crossing to every PS each step, which a job with the hook does not pay."""
-    gs, worker = shared.global_step, shared.worker
+    worker = shared.worker
 
     def copy_model():
-        with tf.device(gs.device):
-            before = tf.cast(gs.read_value(), tf.int64)
-        reads = []
-        with tf.control_dependencies([before]):
-            for entry in entries:
-                if entry.has_local_copy:
-                    source = entry.shadow if entry.shadow is not None else entry.master
-                    with tf.device(source.device):
-                        reads.append((entry, state.value_copy(source)))
-        with tf.control_dependencies([r for _, r in reads]), tf.device(gs.device):
-            after = tf.cast(shared.server.pull_begin.read_value(), tf.int64)
+        before, reads, after = full_sync.read_model(shared, entries)
         assigns = []
         for entry, value in reads:
             with tf.device(entry.local.device):
