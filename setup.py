@@ -134,6 +134,7 @@ class BuildExt(build_ext):
 
     def build_extensions(self):
         self.check_extensions_list(self.extensions)
+        self._say_lock = threading.Lock()  # not _lock: compile_one says its line holding that
         self._set_flags()
         self._todo = sum(len(ext.sources) for ext in self.extensions)
         self._done = 0
@@ -159,22 +160,29 @@ class BuildExt(build_ext):
             done.set()
             ticker.join()
 
+    def _say(self, what):
+        """One progress line in one write: print() writes the text and its
+        newline apart, and another thread's line could land between them."""
+        with self._say_lock:
+            sys.stderr.write(f"setup: {what}\n")
+            sys.stderr.flush()
+
     def _still_compiling(self, done):
         """A line every TLC_PROGRESS_SECS while files compile or link: the build is alive."""
         interval = float(os.environ.get("TLC_PROGRESS_SECS", "30"))
         while not done.wait(interval):
-            now = time.monotonic()
-            with self._lock:
+            with self._lock:  # now after every start it lists: no "-0 s"
+                now = time.monotonic()
                 running = sorted(self._compiling.items(), key=lambda item: item[1])
             if running:
                 names = "; ".join(f"{what} {now - started:.0f} s" for what, started in running)
-                print(f"setup: still {names}", file=sys.stderr, flush=True)
+                self._say(f"still {names}")
 
     def _link_with_progress(self, objects, output_filename, *args, **kwargs):
         what = f"linking {os.path.basename(output_filename)} ({self._current.name})"
         with self._lock:
             self._compiling[what] = time.monotonic()
-        print(f"setup: {what}", file=sys.stderr, flush=True)
+        self._say(what)
         try:
             type(self.compiler).link_shared_object(self.compiler, objects, output_filename,
                                                    *args, **kwargs)
@@ -207,8 +215,7 @@ class BuildExt(build_ext):
             with self._lock:
                 self._done += 1
                 self._compiling[f"compiling {key}"] = time.monotonic()
-                print(f"setup: [{self._done}/{self._todo}] compiling {key}",
-                      file=sys.stderr, flush=True)
+                self._say(f"[{self._done}/{self._todo}] compiling {key}")
             try:
                 cc._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)  # pylint: disable=protected-access
             finally:
@@ -230,8 +237,7 @@ class BuildExt(build_ext):
         for ext in self.extensions:
             if ext.name == OPS_LIBRARY:
                 distribution, version, compile_flags, link_flags = tensorflow_to_build_against()
-                print(f"setup: building the ops against {distribution} {version}",
-                      file=sys.stderr, flush=True)
+                self._say(f"building the ops against {distribution} {version}")
                 ext.extra_compile_args = (COMMON_FLAGS + compile_flags
                                           + ["-Wno-deprecated-declarations"])
                 ext.extra_link_args = link_flags

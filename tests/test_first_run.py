@@ -111,8 +111,9 @@ def test_setup_console_is_one_line_per_step_with_apt_output_in_the_log(tmp_path)
 
 def test_build_is_parallel_with_a_line_per_file(tmp_path):
     """The build of a copy of the sources: every object file announced once,
-    each link too; with a 0.2 s progress interval, "still compiling" lines
-    name files (TensorFlow's headers alone take seconds)."""
+    each link too; with a 0.05 s progress interval, "still compiling" lines
+    name files (TensorFlow's headers alone take seconds); every line whole
+    although the ticker and the compile threads write at once."""
     for name in ("setup.py", "requirements.txt", "custom_ops", "tlc"):  # requirements: the TF pin
         src = os.path.join(ROOT, name)
         dst = tmp_path / name
@@ -122,10 +123,25 @@ def test_build_is_parallel_with_a_line_per_file(tmp_path):
             subprocess.run(["cp", src, str(dst)], check=True)
     for so in (tmp_path / "tlc").glob("*.so"):
         so.unlink()
-    proc = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+    # Every write to stderr takes 20 ms: a line written in two parts (text,
+    # then newline) would have the ticker's line land inside it.
+    slow_stderr = (
+        "import runpy, sys, time\n"
+        "class Slow:\n"
+        "    def __init__(self, f): self._f = f\n"
+        "    def write(self, s): n = self._f.write(s); self._f.flush(); time.sleep(0.02); return n\n"
+        "    def __getattr__(self, name): return getattr(self._f, name)\n"
+        "sys.stderr = Slow(sys.stderr)\n"
+        "sys.argv = ['setup.py', '-q', 'build_ext', '--inplace']\n"
+        "runpy.run_path('setup.py', run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", slow_stderr],
                           cwd=tmp_path, capture_output=True, text=True, timeout=3600,
-                          env={**os.environ, "TLC_PROGRESS_SECS": "0.2"})
+                          env={**os.environ, "TLC_PROGRESS_SECS": "0.05"})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    ours = [line for line in proc.stderr.splitlines() if "setup: " in line]
+    whole = re.compile(r"setup: (\[\d+/\d+\] compiling \S+ \(\S+\)|still .+ \d+ s"
+                       r"|linking \S+ \(\S+\)|building the ops against \S+ \S+)")
+    assert [line for line in ours if not whole.fullmatch(line)] == [], proc.stderr[-3000:]
     progress = re.findall(r"^setup: \[(\d+)/(\d+)\] compiling (\S+) \((\S+)\)$", proc.stderr,
                           re.MULTILINE)
     sources = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "custom_ops").rglob("*.cc")
