@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app
 from absl import flags as absl_flags
 
-from tlc.job import flagcheck
+from tlc.job import flagcheck, lines
 from tlc.job.flags import FLAGS
 
 
@@ -58,6 +58,7 @@ def check_flags():
 
 def main(argv):
     del argv
+    lines.install()  # the watchdog and the launcher's threads print beside the main thread
     where = check_flags()
     if where is not None and where[1] is not None:
         return run_task(*where)
