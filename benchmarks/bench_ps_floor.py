@@ -9,7 +9,13 @@ benchmarks/bench_ps_load.py, run a stock TF graph with exactly that shape:
 `--buckets` uint8 tensors fed on the worker and read on the PS (a max of
 each, so each crosses), and a uint8 reply that the worker fetches
 from a PS variable, each of the sizes of the small CNN's 3LC messages. No
-token, no accumulate, no update: every worker steps freely. The PS is a plain
+token, no accumulate, no update: every worker steps freely. With
+`--synchronous`, the steps are synchronous as tlc's are, still with no
+tlc op: after its pushes a worker's step says it arrived (a PS queue) and
+takes a token (another) before its reply; a chief thread, in a session of
+its own, takes a whole round of arrivals and releases N tokens at once, one
+run on the PS per global step as tlc's chief's update. Every worker's reply
+then leaves in the same burst, as in tlc. The PS is a plain
 tf.distribute.Server in its own process, configured as the job's PS
 (tlc/job/task.py); the workers' sessions run their graphs as written (no
 grappler: with it, the two pushes crossed as one _Recv). `--extra_nodes K`
@@ -54,7 +60,7 @@ def serve_ps(spec):
 class FloorWorker:
     """One worker: its server, its graph (pushes in, reply out) and session."""
 
-    def __init__(self, spec, index, buckets, extra_nodes=0):
+    def __init__(self, spec, index, buckets, extra_nodes=0, synchronous=False):
         own = f"/job:worker/task:{index}"
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", own])
         # The graph runs as written: grappler would otherwise fold the added
@@ -75,6 +81,12 @@ class FloorWorker:
                 got = tf.add_n([tf.cast(tf.reduce_max(p), tf.int32) for p in pushed])
                 for k in range(extra_nodes):  # scalar ops on the PS: the executor's cost per node
                     got = tf.math.floormod(got * 3 + k, 1_000_003)
+                if synchronous:
+                    arrivals, tokens = round_queues()
+                    with tf.control_dependencies([got]):
+                        arrived = arrivals.enqueue(tf.constant(index, tf.int64))
+                    with tf.control_dependencies([arrived]):
+                        got = tokens.dequeue()
                 with tf.control_dependencies([got]):
                     self.reply = tf.identity(reply_var.read_value())
             self.init = tf.compat.v1.global_variables_initializer()
@@ -101,25 +113,79 @@ class FloorWorker:
         return counts
 
 
+def round_queues():
+    """The PS's queues of a synchronous step, shared by name across sessions:
+    arrivals (a worker's pushes are in) and tokens (its step may end)."""
+    def queue(name):
+        return tf.queue.FIFOQueue(-1, tf.int64, shapes=[[]], shared_name=f"floor_{name}",
+                                  name=f"floor_{name}")
+    return queue("arrivals"), queue("tokens")
+
+
+class FloorChief:
+    """The synchronous floor's chief: each run takes a round of arrivals and
+    releases a token per worker (on the PS), in its own session."""
+
+    def __init__(self, server, workers):
+        graph = tf.Graph()
+        with graph.as_default(), tf.device("/job:ps/task:0"):
+            arrivals, tokens = round_queues()
+            # A control edge: zeros_like(taken) alone was folded to a constant, and
+            # the dequeue pruned.
+            with tf.control_dependencies([arrivals.dequeue_many(workers)]):
+                self.release = tokens.enqueue_many(tf.zeros([workers], tf.int64))
+            # After stop: a token for any worker still in a round its peers
+            # left, and a round of arrivals for a chief waiting on it.
+            dummies = tf.zeros([workers], tf.int64)
+            self.unblock = tf.group(tokens.enqueue_many(dummies), arrivals.enqueue_many(dummies))
+        self.session = tf.compat.v1.Session(server.target, graph=graph)
+        self.rounds = 0
+
+    def drive(self, stop, errors):
+        """Releases rounds until stop."""
+        try:
+            while not stop.is_set():
+                self.session.run(self.release)
+                self.rounds += 1
+        except Exception as e:  # pylint: disable=broad-except
+            errors.append(f"chief failed: {type(e).__name__}: {e}"[:300])
+            stop.set()
+
+
 def wait_until(condition, poll=0.05):
     """Returns once condition() holds (the workers' threads make it so)."""
     while not condition():
         time.sleep(poll)
 
 
-def run_cell(workers, buckets, warmup, window_seconds, extra_nodes=0):
+def run_cell(workers, buckets, warmup, window_seconds, extra_nodes=0, synchronous=False):
     spec = cl.local_cluster(1, workers)
     ps = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_ps_floor",  # pylint: disable=consider-using-with
                            "--serve_ps", json.dumps(spec)],
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
-        sim = [FloorWorker(spec, i, buckets, extra_nodes) for i in range(workers)]
+        sim = [FloorWorker(spec, i, buckets, extra_nodes, synchronous) for i in range(workers)]
         sim[0].session.run(sim[0].init)
-        for w in sim:
-            for _ in range(warmup):
-                w.step()
-        transfers = sim[0].ps_transfers()
         stop, errors = threading.Event(), []
+        helpers = []
+        if synchronous:  # every worker steps at once: the warm-up too
+            chief = FloorChief(sim[0].server, workers)
+            helpers.append(threading.Thread(target=chief.drive, args=(stop, errors), daemon=True))
+            helpers[0].start()
+            warm = [threading.Thread(target=lambda w=w: [w.step() for _ in range(warmup)])
+                    for w in sim[1:]]
+            for t in warm:
+                t.start()
+            transfers = sim[0].ps_transfers()  # one of its warm-up steps
+            for _ in range(warmup - 1):
+                sim[0].step()
+            for t in warm:
+                t.join()
+        else:
+            for w in sim:
+                for _ in range(warmup):
+                    w.step()
+            transfers = sim[0].ps_transfers()
 
         def drive(w):
             try:
@@ -133,13 +199,17 @@ def run_cell(workers, buckets, warmup, window_seconds, extra_nodes=0):
             t.start()
         started = [w.steps for w in sim]
         wait_until(lambda: stop.is_set() or all(w.steps > s for w, s in zip(sim, started)))
-        steps0, cpu0, t0 = sum(w.steps for w in sim), cpu_seconds(ps.pid), time.time()
+        each0, rounds0 = [w.steps for w in sim], chief.rounds if synchronous else 0
+        steps0, cpu0, t0 = sum(each0), cpu_seconds(ps.pid), time.time()
         # At least the window, and at least one step per worker in it (a busy machine).
         wait_until(lambda: stop.is_set() or (time.time() - t0 >= window_seconds
                                              and sum(w.steps for w in sim) - steps0 >= workers))
-        steps1, cpu1, t1 = sum(w.steps for w in sim), cpu_seconds(ps.pid), time.time()
+        each1, rounds1 = [w.steps for w in sim], chief.rounds if synchronous else 0
+        steps1, cpu1, t1 = sum(each1), cpu_seconds(ps.pid), time.time()
         stop.set()
-        for t in threads:
+        if synchronous:
+            chief.session.run(chief.unblock)
+        for t in threads + helpers:
             t.join()
         for w in sim:
             w.session.close()
@@ -147,7 +217,9 @@ def run_cell(workers, buckets, warmup, window_seconds, extra_nodes=0):
             raise RuntimeError(errors[0])
         n = steps1 - steps0
         return {"workers": workers, "buckets": buckets, "extra_nodes": extra_nodes,
+                "synchronous": synchronous,
                 "ps_partition_transfers": transfers, "worker_steps": n,
+                "rounds": rounds1 - rounds0,
                 "window_seconds": round(t1 - t0, 2), "load": [round(x, 2) for x in os.getloadavg()],
                 "ps_cpu_ms_per_worker_step": round(1e3 * (cpu1 - cpu0) / n, 3)}
     finally:
@@ -163,6 +235,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--extra_nodes", default="0",
                         help="comma list: scalar ops added to the PS partition (per node cost)")
+    parser.add_argument("--synchronous", action="store_true",
+                        help="steps wait for a round's token, released by a chief thread")
     parser.add_argument("--warmup", type=int, default=5, help="steps per worker before the window")
     parser.add_argument("--window_seconds", type=float, default=20.0)
     parser.add_argument("--out")
@@ -176,7 +250,7 @@ def main(argv=None):
         for workers in [int(w) for w in args.workers.split(",")]:
             for extra in [int(k) for k in args.extra_nodes.split(",")]:
                 row = dict(run_cell(workers, args.buckets, args.warmup, args.window_seconds,
-                                    extra), round=r)
+                                    extra, args.synchronous), round=r)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     if args.out:
