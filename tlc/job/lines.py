@@ -8,7 +8,8 @@ one lock, shared by stdout and stderr (often one pipe)."""
 import sys
 import threading
 
-_LOCK = threading.Lock()
+# Re-entrant: a signal handler that prints runs on a thread that may hold it.
+_LOCK = threading.RLock()
 
 
 class WholeLines:
