@@ -6,19 +6,16 @@ import sys
 
 import pytest
 
+import slow_writes
+
 pytestmark = pytest.mark.unit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Every write to stdout takes 5 ms, so print()'s two writes (text, newline)
 # of one thread would have the other thread's line land between them.
-_PRINTING_THREADS = """
-import sys, threading, time
-class Slow:
-    def __init__(self, f): self._f = f
-    def write(self, s): n = self._f.write(s); self._f.flush(); time.sleep(0.005); return n
-    def __getattr__(self, name): return getattr(self._f, name)
-sys.stdout = Slow(sys.stdout)
+_PRINTING_THREADS = slow_writes.prelude("stdout", 0.005) + """
+import sys, threading
 if sys.argv[1] == "installed":
     from tlc.job import lines
     lines.install()

@@ -12,6 +12,7 @@ import types
 import numpy as np
 import pytest
 
+import slow_writes
 from tlc.job import flagcheck, plots, report
 
 pytestmark = pytest.mark.cluster
@@ -125,13 +126,8 @@ def test_build_is_parallel_with_a_line_per_file(tmp_path):
         so.unlink()
     # Every write to stderr takes 20 ms: a line written in two parts (text,
     # then newline) would have the ticker's line land inside it.
-    slow_stderr = (
-        "import runpy, sys, time\n"
-        "class Slow:\n"
-        "    def __init__(self, f): self._f = f\n"
-        "    def write(self, s): n = self._f.write(s); self._f.flush(); time.sleep(0.02); return n\n"
-        "    def __getattr__(self, name): return getattr(self._f, name)\n"
-        "sys.stderr = Slow(sys.stderr)\n"
+    slow_stderr = slow_writes.prelude("stderr", 0.02) + (
+        "import runpy, sys\n"
         "sys.argv = ['setup.py', '-q', 'build_ext', '--inplace']\n"
         "runpy.run_path('setup.py', run_name='__main__')\n")
     proc = subprocess.run([sys.executable, "-c", slow_stderr],
