@@ -199,13 +199,13 @@ def run_cell(workers, buckets, warmup, window_seconds, extra_nodes=0, synchronou
             t.start()
         started = [w.steps for w in sim]
         wait_until(lambda: stop.is_set() or all(w.steps > s for w, s in zip(sim, started)))
-        each0, rounds0 = [w.steps for w in sim], chief.rounds if synchronous else 0
-        steps0, cpu0, t0 = sum(each0), cpu_seconds(ps.pid), time.time()
+        rounds0 = chief.rounds if synchronous else 0
+        steps0, cpu0, t0 = sum(w.steps for w in sim), cpu_seconds(ps.pid), time.time()
         # At least the window, and at least one step per worker in it (a busy machine).
         wait_until(lambda: stop.is_set() or (time.time() - t0 >= window_seconds
                                              and sum(w.steps for w in sim) - steps0 >= workers))
-        each1, rounds1 = [w.steps for w in sim], chief.rounds if synchronous else 0
-        steps1, cpu1, t1 = sum(each1), cpu_seconds(ps.pid), time.time()
+        rounds1 = chief.rounds if synchronous else 0
+        steps1, cpu1, t1 = sum(w.steps for w in sim), cpu_seconds(ps.pid), time.time()
         stop.set()
         if synchronous:
             chief.session.run(chief.unblock)
