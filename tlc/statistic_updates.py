@@ -19,6 +19,8 @@ Uses graph-editing methods TF keeps private (Operation._set_device,
 _update_input, _remove_all_control_inputs, _add_control_inputs), before any
 session has run the graph."""
 import collections
+import dataclasses
+import weakref
 
 import tensorflow as tf
 
@@ -26,9 +28,20 @@ import tensorflow as tf
 # a larger region is not a moving-average update, and is left as TF builds it.
 MOST_OPS_PER_UPDATE = 32
 _DEPTH = 8  # ops from a read to its write, at most
-_WRITES = {"AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp"}
+WRITE_OPS = {"AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp"}
 # Graph collection of the writes whose update now runs on the statistic's PS.
 WRITES = "tlc_statistic_writes"
+# Per graph, its fused tensors not yet counted: [FusedSend], one per (PS,
+# dtype). Not a graph collection: a saver would warn it cannot serialise it.
+_SENDS = weakref.WeakKeyDictionary()
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedSend:
+    """One concatenated tensor of batch statistics, from a worker to a PS."""
+    packed: tf.Tensor    # on the worker
+    received: tf.Operation  # the PS's split of it
+    nbytes: int
 
 
 def fuse(statistics, worker_device):
@@ -41,7 +54,7 @@ def fuse(statistics, worker_device):
         if handle is None or not variable.device:
             continue
         initializer = variable.initializer
-        for write in [op for op in handle.consumers() if op.type in _WRITES
+        for write in [op for op in handle.consumers() if op.type in WRITE_OPS
                       and op.inputs[0] is handle and op is not initializer]:
             region = _region(handle, write.inputs[1].op)
             if region is None:
@@ -68,7 +81,7 @@ def _region(handle, value):
     ahead, frontier = set(), list(reads)
     for _ in range(_DEPTH):
         frontier = [c for op in frontier for out in op.outputs for c in out.consumers()
-                    if c not in ahead and c.type not in _WRITES]
+                    if c not in ahead and c.type not in WRITE_OPS]
         ahead.update(frontier)
     if value not in ahead:  # the write does not read the statistic
         return set()
@@ -85,7 +98,7 @@ def _region(handle, value):
     for op in region:
         if op._get_control_flow_context() is not None:  # pylint: disable=protected-access
             return None
-        if any(c not in region and c.type not in _WRITES
+        if any(c not in region and c.type not in WRITE_OPS
                for out in op.outputs for c in out.consumers()):
             return None
     return region
@@ -127,9 +140,37 @@ def _send_together(device, worker_device, dtype, edges):
         with tf.device(device):
             pieces = tf.split(packed, sizes, name="received")
             received = {t.ref(): tf.reshape(p, t.shape) for t, p in zip(tensors, pieces)}
+    nbytes = sum(sizes) * tensors[0].dtype.size
+    _SENDS.setdefault(graph, []).append(FusedSend(packed, pieces[0].op, nbytes))
     for op, index in edges:
         op._update_input(index, received[op.inputs[index].ref()])  # pylint: disable=protected-access
     return len(tensors)
+
+
+def fused_bytes(graph, worker_device):
+    """Bytes per step of the fused sends from `worker_device`'s task not yet counted."""
+    return sum(s.nbytes for s in _sends_of(graph, worker_device))
+
+
+def _sends_of(graph, worker_device):
+    return [s for s in _SENDS.get(graph, []) if _task(s.packed.device) == _task(worker_device)]
+
+
+def count_sends(graph, worker_device, counter):
+    """Each fused send from `worker_device`'s task adds its bytes to
+    `counter` (an int64 variable on that task) exactly when it crosses: the
+    PS's split now takes the tensor through an identity that waits for the
+    add, both on the worker (no extra edge crosses). Returns the bytes those
+    sends carry per step (0 when there are none)."""
+    mine = _sends_of(graph, worker_device)
+    for send in mine:
+        with graph.as_default(), tf.control_dependencies(None), tf.device(send.packed.device), \
+                tf.name_scope("tlc_statistics/"):
+            with tf.control_dependencies([counter.assign_add(send.nbytes, read_value=False)]):
+                counted = tf.identity(send.packed, name="counted")
+        send.received._update_input(0, counted)  # pylint: disable=protected-access
+        _SENDS[graph].remove(send)  # counted once, by the task's first optimizer
+    return sum(s.nbytes for s in mine)
 
 
 def wait_in_replies(graph, replies):

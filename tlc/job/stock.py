@@ -11,6 +11,8 @@ measure the wire with the kernel's counters, not with these.
 import tensorflow as tf
 from tensorflow.python.training import queue_runner  # pylint: disable=no-name-in-module
 
+from tlc import statistic_updates
+
 v1 = tf.compat.v1
 
 
@@ -43,7 +45,10 @@ class StockSync:
         self._sync._chief_queue_runner = queue_runner.QueueRunner(  # pylint: disable=protected-access
             runner.queue, runner.enqueue_ops,
             queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError))
-        size = 4 * sum(v.shape.num_elements() for _, v in grads_and_vars)
+        # Each step sends every gradient and reads every variable, and reads
+        # each batch statistic it updates and writes it back.
+        size = 4 * sum(v.shape.num_elements() for _, v in grads_and_vars) \
+            + updated_statistics_bytes(global_step.graph)
         with tf.device(self._worker_device):
             # On the worker, like tlc's counters (not on a PS, where TF's placement puts variables).
             counters = {name: v1.Variable(0, dtype=tf.int64, trainable=False, name=f"stock_{name}",
@@ -78,3 +83,21 @@ class StockSync:
     def local_copy_check(session):
         del session  # no local copies: every step reads the PS's variables
         return None
+
+
+def updated_statistics_bytes(graph):
+    """Bytes of the batch statistics (float variables kept ON_READ, as
+    tf_keras and the job's models make them) that ops other than their
+    initializers write: under TF's optimizer each such write reads the
+    statistic from its PS and sends the update back."""
+    total = 0
+    for variable in graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES):
+        if (getattr(variable, "synchronization", None) != tf.VariableSynchronization.ON_READ
+                or not variable.dtype.is_floating):
+            continue
+        handle = getattr(variable, "handle", None)
+        writes = [op for op in (handle.consumers() if handle is not None else [])
+                  if op.type in statistic_updates.WRITE_OPS and op is not variable.initializer]
+        if writes:
+            total += variable.dtype.base_dtype.size * variable.shape.num_elements()
+    return total

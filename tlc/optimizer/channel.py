@@ -53,13 +53,15 @@ class Channel:
                              tf.cast(worker.is_chief.read_value(), tf.int64)])
             for entry in pushed:
                 encoded[entry.name] = push.encode(shared, entry, grads[entry.name])
+            statistics = [self._statistic_part(worker, e) for e in self.statistics]
             for i, bucket in enumerate(buckets):
                 parts = [head] + [p for e in bucket for p in encoded[e.name].parts]
                 if i == 0:
-                    parts += [self._statistic_part(worker, e) for e in self.statistics]
+                    parts += statistics
                 templates.append(parts)
                 messages.append(wire.pack(parts))
-            nbytes = tf.add_n([tf.constant(0, tf.int64)] + [x.nbytes for x in encoded.values()])
+            nbytes = tf.add_n([tf.constant(0, tf.int64)] + [x.nbytes for x in encoded.values()]
+                              + [tf.size(s, out_type=tf.int64) * s.dtype.size for s in statistics])
         # The PS side follows from the messages alone: no control edges from
         # the worker's graph (e.g. UPDATE_OPS around minimize()) cross.
         # The round's gate: each worker's push into the accumulator decoded

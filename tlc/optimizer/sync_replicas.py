@@ -96,12 +96,19 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
                 initial_value=0, trainable=False, dtype=global_step.dtype.base_dtype,
                 collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name="sync_rep_local_step")
         entries, grads = layout.entries(self._config, grads_and_vars)
-        float32_bytes = 4 * sum(e.num_elements for e in entries if e.name in grads)
+        # Batch-norm statistics cross every step too: PS-kept ones in their
+        # fused sends, worker-kept ones in the chief's push (TF's optimizer
+        # reads and writes each back: float32 counts them each way).
+        fused = statistic_updates.fused_bytes(anchor.graph, worker_host)
+        kept = sum(e.dtype.size * e.num_elements for e in entries if e.kind == "statistic")
+        float32_bytes = 4 * sum(e.num_elements for e in entries if e.name in grads) + fused + kept
         with tf.name_scope(name or self._name):
             shared = Shared(self._config, global_step, local_step, worker_host, float32_bytes)
+            statistic_updates.count_sends(anchor.graph, worker_host, shared.worker.bytes_pushed)
             channels = layout.channels(entries, global_step)
             to_average = self._masters_to_average()
-            step = worker_step.build(shared, channels, grads, self._variable_averages, to_average)
+            step = worker_step.build(shared, channels, grads, self._variable_averages, to_average,
+                                     fused)
             self._average_local_copies_as_masters()
             train_op, resync_slot = startup.train_op_with_slot(shared, step)
         # Session-side ops run on their own: not after the step's control
@@ -218,7 +225,11 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
 
     @property
     def step_traffic(self):
-        """Fetch with the train op: bytes this worker pushes and pulls in that step."""
+        """Fetch with the train op: bytes this worker pushes and pulls in that
+        step. Pushed includes the batch statistics: the chief's worker-kept
+        ones as its message carries them, and PS-kept ones' fused update at
+        its size (a train op run with UPDATE_OPS sends it; `traffic` counts
+        it exactly when it is sent)."""
         return self._require_applied("step_traffic").step.traffic
 
     @property

@@ -24,7 +24,10 @@ class Step:
     update: records.Update
 
 
-def build(shared, channels, grads, variable_averages, variables_to_average):
+def build(shared, channels, grads, variable_averages, variables_to_average, statistics_bytes):
+    """statistics_bytes: what the fused batch-norm statistics carry per step
+    (statistic_updates.count_sends counts them in bytes_pushed as they go;
+    the step's traffic adds them, as the job's train op runs their updates)."""
     gs, worker, host = shared.global_step, shared.worker, shared.worker_host
     local_version = worker.local_version.read_value()
     pushes = [channel.build_push(shared, grads) for channel in channels]
@@ -79,7 +82,8 @@ def build(shared, channels, grads, variable_averages, variables_to_average):
             train_op = shared.local_step.assign(tf.cast(token, gs.dtype.base_dtype))
     return Step(train_op=train_op, chief_queue_runner=update.runner,
                 needs_full_sync=needs_full_sync, version_after_step=version_after_step,
-                local_version=local_version, traffic={"pushed": push_bytes, "pulled": pulled},
+                local_version=local_version,
+                traffic={"pushed": push_bytes + statistics_bytes, "pulled": pulled},
                 pushes=pushes, replies=replies, update=update)
 
 
