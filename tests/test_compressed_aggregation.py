@@ -152,6 +152,40 @@ def test_bit_exact_over_densities_and_tensors_split_among_threads(zero_fraction)
         assert np.count_nonzero(new) > 0
 
 
+@pytest.mark.parametrize("zero_fraction", [0.97, 0.3])
+def test_many_pushes_held_and_added_together_exact(zero_fraction):
+    """Later pushes are held and added several at a time, chunk by chunk
+    (HeldPushes in custom_ops/core/accumulate.h): 40 pushes a step, more
+    than are held at once (sparse pushes: 16; dense ones fill the held
+    positions first), one with zero scales among them, a tensor TF's threads
+    split and whose chunks end inside blocks; two steps (the second's held
+    pushes are added by the take). Against TF's accumulator on the decoded
+    pushes and numpy, bit for bit."""
+    n = 300_007
+    config = dict(adaptive=True, block_size=BLOCK)
+    workers = [Worker(seed, config, n) for seed in range(40)]
+    pair = Pair(config, n)
+    for step in range(2):
+        pushes = []
+        for i, worker in enumerate(workers):
+            x = worker.rng.standard_normal(n) * worker.rng.exponential(1.0, n) * 1e-3
+            x[worker.rng.random(n) < zero_fraction] = 0
+            code, m = codec.compress_3lc(x.astype(np.float32), worker.error, 1.0, num_threads=1,
+                                         **config)
+            m = np.asarray(m, np.float32)
+            if step == 0 and i == 23:
+                m = m.copy()
+                m[2::3] = 0.0  # a held push adding signed zeros
+            pushes.append((code, m))
+            pair.push_both(pushes[-1], step)
+        assert all(code[0] == 1 for code, _ in pushes), "Golomb-coded pushes expected"
+        assert pair.counts() == [len(workers)] * 2
+        ref, new = pair.take_both(len(workers))
+        assert np.array_equal(bits(new), bits(ref)), step
+        assert np.array_equal(bits(new), bits(dense_reference(pushes, n, config))), step
+        assert np.count_nonzero(new) > 0
+
+
 def test_zero_scales_and_signed_zeros_exact():
     """Hostile but well-formed pushes: non-zero digits against a zero scale
     decode to -0.0 (the compressor never writes that); the dense path's signed

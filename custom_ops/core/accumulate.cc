@@ -4,12 +4,25 @@
 #include <cmath>
 #include <memory>
 
+#include "bitmask_simd.h"
 #include "threelc.h"
 
 namespace tlc {
 namespace {
 
 constexpr int64_t kMinElementsPerTask = 1 << 16;
+constexpr size_t kMostHeld = 16;
+// Elements of the sum the held pushes add to before moving on: 16 KB, in
+// the first-level cache while every held push adds its share.
+constexpr int64_t kHeldChunk = 4096;
+
+// The listed positions of element range [begin, end) start at the first
+// entry >= begin << 1 (entries are (p << 1) | negative, ascending).
+const uint32_t* FirstAtOrAfter(const uint32_t* from, const uint32_t* to, int64_t begin) {
+  return std::lower_bound(from, to, static_cast<uint64_t>(begin) << 1,
+                          [](uint32_t v, uint64_t key) { return v < key; });
+}
+
 
 // Whether `sum` holds a -0.0 where `push` may have decoded one: only a block
 // whose scale is zero decodes a non-zero digit to -0.0 (the compressor never
@@ -61,6 +74,50 @@ void AddDecodedPush3LC(const Push3LC& push, const Decoded3LC& decoded, const Exe
     state->may_hold_negative_zero = NegativeZeroInZeroScaleBlocks(push, n, decoded.span, sum);
   }
   ++state->count;
+}
+
+bool HeldPushes::Full(int64_t n) const {
+  return pushes.size() >= kMostHeld || positions >= n;
+}
+
+bool CanHold(const Decoded3LC& decoded, const StepSum& state) {
+  return state.count > 0 && !state.may_hold_negative_zero && decoded.positions != nullptr;
+}
+
+void HoldPush(const Push3LC& push, Decoded3LC decoded, HeldPushes* held, StepSum* state) {
+  held->positions += decoded.count;
+  held->scales.emplace_back(push.scales, push.scales + push.num_scales);
+  held->pushes.push_back(std::move(decoded));
+  ++state->count;
+}
+
+void AddHeldPushes(HeldPushes* held, const Executor& exec, float* sum) {
+  if (held->empty()) return;
+  const std::vector<Decoded3LC>& pushes = held->pushes;
+  const int64_t n = pushes[0].n, span = pushes[0].span;
+  const int64_t tasks = exec.NumTasks(n, kMinElementsPerTask);
+  exec.ParallelFor(tasks, [&](int64_t t) {
+    int64_t begin, end;
+    TaskRange(n, tasks, t, &begin, &end);
+    std::vector<const uint32_t*> next(pushes.size());
+    for (size_t k = 0; k < pushes.size(); ++k) {
+      const uint32_t* listed = pushes[k].positions.get();
+      next[k] = FirstAtOrAfter(listed, listed + pushes[k].count, begin);
+    }
+    for (int64_t lo = begin; lo < end; lo += kHeldChunk) {
+      const int64_t hi = std::min(end, lo + kHeldChunk);
+      for (size_t k = 0; k < pushes.size(); ++k) {
+        const uint32_t* listed_end = pushes[k].positions.get() + pushes[k].count;
+        // At most one entry per element of the chunk.
+        const uint32_t* stop =
+            FirstAtOrAfter(next[k], std::min(listed_end, next[k] + (hi - lo)), hi);
+        PositionsToValues(next[k], stop - next[k], held->scales[k].data(), span,
+                          /*accumulate=*/true, sum);
+        next[k] = stop;
+      }
+    }
+  });
+  *held = HeldPushes();
 }
 
 void AverageSum(float* sum, int64_t n, int64_t count, const Executor& exec) {

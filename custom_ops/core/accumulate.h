@@ -15,6 +15,7 @@
 #define TLC_CORE_ACCUMULATE_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "executor.h"
 #include "status.h"
@@ -48,6 +49,34 @@ Status DecodePush3LC(const Push3LC& push, int64_t n, int64_t block_size, bool ad
 // contents are ignored and it is overwritten with the push's values).
 void AddDecodedPush3LC(const Push3LC& push, const Decoded3LC& decoded, const Executor& exec,
                        float* sum, StepSum* state);
+
+// Later pushes held back to be added together: one push's add reads and
+// writes nearly every line of the sum (a few % non-zeros, one per line or
+// so), so adding k of them chunk by chunk moves the sum through memory once
+// instead of k times. Each holds its listed positions and its own copy of
+// the scales (the push's tensors are gone when they are added).
+struct HeldPushes {
+  std::vector<Decoded3LC> pushes;
+  std::vector<std::vector<float>> scales;
+  int64_t positions = 0;  // listed positions held, in all
+
+  bool empty() const { return pushes.empty(); }
+  // Enough held: kMostHeld pushes, or as many positions as the sum has
+  // elements (the memory held stays below the sum's).
+  bool Full(int64_t n) const;
+};
+
+// Whether `decoded` may be held (HoldPush) rather than added now: a later
+// push (the sum exists) listed as positions, with no -0.0 in the sum.
+bool CanHold(const Decoded3LC& decoded, const StepSum& state);
+
+// Holds a push that CanHold; it counts as added (state->count).
+void HoldPush(const Push3LC& push, Decoded3LC decoded, HeldPushes* held, StepSum* state);
+
+// Adds every held push into `sum` and empties `held`. Each element gets its
+// additions in the order the pushes were held: bit for bit adding them one
+// at a time (AddDecodedPush3LC), and so before any push added after them.
+void AddHeldPushes(HeldPushes* held, const Executor& exec, float* sum);
 
 // sum[i] = sum[i] / count (IEEE division, as TF's accumulator averages).
 void AverageSum(float* sum, int64_t n, int64_t count, const Executor& exec);

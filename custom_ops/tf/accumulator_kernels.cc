@@ -5,11 +5,12 @@
 // global step), but each push is added to the step's sum straight from its
 // stream (custom_ops/core/accumulate.h) instead of from a dense decoded copy.
 //
-// Order: pushes are decoded outside the accumulator's lock and added one at
-// a time under it, in the order they take it (arrival order), as TF's
-// accumulator does; each push's own work runs in parallel over TF's CPU
-// threads. The sum is therefore bit for bit the dense path's for the same
-// pushes in the same order.
+// Order: pushes are decoded outside the accumulator's lock and added under
+// it in the order they take it (arrival order), as TF's accumulator does;
+// later pushes may be held and added a few at a time (HeldPushes), each
+// element still getting its additions in arrival order; each add runs in
+// parallel over TF's CPU threads. The sum is therefore bit for bit the dense
+// path's for the same pushes in the same order.
 //
 // The take is an AsyncOpKernel: it never holds an inter-op thread while it
 // waits, and a cancelled step (a closed session) cancels it.
@@ -86,7 +87,14 @@ class CompressedAccumulator : public ResourceBase {
         sum_ = fresh;
         has_sum_ = true;
       }
-      AddDecodedPush3LC(push, decoded, exec, sum_.flat<float>().data(), &state_);
+      float* sum = sum_.flat<float>().data();
+      if (CanHold(decoded, state_)) {
+        HoldPush(push, std::move(decoded), &held_, &state_);
+        if (held_.Full(n_)) AddHeldPushes(&held_, exec, sum);
+      } else {
+        AddHeldPushes(&held_, exec, sum);  // theirs come first
+        AddDecodedPush3LC(push, decoded, exec, sum, &state_);
+      }
     }
     Flush();
   }
@@ -165,6 +173,7 @@ class CompressedAccumulator : public ResourceBase {
         Attempt attempt = std::move(takes_.front());
         takes_.pop_front();
         ++global_step_;
+        AddHeldPushes(&held_, TfExecutor(attempt.ctx), sum_.flat<float>().data());
         AverageSum(sum_.flat<float>().data(), n_, state_.count, TfExecutor(attempt.ctx));
         attempt.ctx->set_output(0, sum_);  // the buffer itself; the next push makes a new one
         sum_ = Tensor();
@@ -185,6 +194,7 @@ class CompressedAccumulator : public ResourceBase {
   mutex mu_;
   int64_t global_step_ = 0;
   StepSum state_;
+  HeldPushes held_;  // pushes of this step counted in state_ but not yet in sum_
   Tensor sum_;
   bool has_sum_ = false;
   std::deque<Attempt> takes_;
