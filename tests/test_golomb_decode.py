@@ -145,10 +145,56 @@ def cases(seed):
             yield payload(b, count, signs, ref.to_bytes(bits + [0], 1)), n
 
 
-def check_cases(seed):
-    """Checks every case; returns how many were accepted and refused."""
+def takes_table(b, count, n):
+    """Whether DecodeGolombToBits takes the table decoder (UseGolombTable in
+    custom_ops/core/bitmask_simd.cc) where PDEP is fast: b <= 3, mean gap <= min(3 * 2^b, 15)."""
+    return b <= 3 and n <= count * min(3 << b, 15)
+
+
+def table_cases(seed):
+    """(payload, n) of longer streams for the table decoder (short words; a round of it needs
+    32 words left): mostly short words, with words the table does not hold (quotients of 7 to
+    20, gaps past its 56-element span), a run of ones longer than the window, the last
+    positions in every part of the masks' last word (n from the last position + 1 on), n one
+    short (at the end, or halfway), truncations (some in the last 8 bytes), flipped bits, a
+    count one off. b = 4 and 5: the same through the word-by-word decoder."""
+    rng = np.random.default_rng(seed)
+    for b in range(6):
+        for _ in range(3):
+            words = int(rng.integers(600, 2000))
+            gaps = rng.integers(1, 2 << b, words)
+            odd = rng.integers(0, words, words // 32)
+            gaps[odd] = (rng.integers(7, 21, len(odd)) << b) + rng.integers(1, (1 << b) + 1, len(odd))
+            long_run = rng.integers(0, words, int(rng.integers(0, 2)))
+            gaps[long_run] = (rng.integers(57, 120, len(long_run)) << b) + 1
+            positions = np.cumsum(gaps.astype(np.int64)) - 1
+            count, last = len(positions), int(positions[-1])
+            assert takes_table(b, count, last + 70) == (b <= 3), (b, count, last)
+            signs = ref.to_bytes(list(rng.integers(0, 2, count)), 0)
+            code = ref.to_bytes(ref.golomb_bits(positions, b), 1)
+            for extra in sorted({0, 1, int(rng.integers(2, 70)), int(rng.integers(2, 70))}):
+                yield payload(b, count, signs, code), last + 1 + extra
+            yield payload(b, count, signs, code), last  # the last gap is too long
+            middle = int(positions[count // 2])  # ... a gap halfway, in a table round
+            if count <= middle:  # (else the header's count is refused before any code word)
+                yield payload(b, count, signs, code), middle
+                yield payload(b, count, signs, code), middle + 1
+            for cut in list(rng.integers(0, len(code), 3)) + list(range(len(code) - 9, len(code))):
+                yield payload(b, count, signs, code[:cut]), last + 1
+            for _ in range(3):
+                bad = code.copy()
+                bad[rng.integers(0, len(code))] ^= 1 << int(rng.integers(0, 8))
+                yield payload(b, count, signs, bad), last + 1 + int(rng.integers(0, 70))
+            more = ref.to_bytes(list(rng.integers(0, 2, count + 1)), 0)
+            yield payload(b, count + 1, more, code), last + 70
+            less = ref.to_bytes(list(rng.integers(0, 2, count - 1)), 0)
+            yield payload(b, count - 1, less, code), last + 1
+
+
+def check_cases(seed, make=cases):
+    """Checks every case of make(seed); returns how many were accepted and refused."""
     accepted = refused = 0
-    for body, n in cases(seed):
+    for body, n in make(seed):
         b, (count, at) = int(body[1]), ref.read_leb128(body, 2)
         bits = ref.to_bits(body[at + (count + 7) // 8:])
         message = expected_refusal(bits, b, count, n)
@@ -190,6 +236,27 @@ sys.path.insert(0, sys.argv[1] + "/tests")
 from test_golomb_decode import check_cases
 print(check_cases(seed=2))
 """
+
+
+CHILD_TABLE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[1] + "/tests")
+from test_golomb_decode import check_cases, table_cases
+print(check_cases(seed=3, make=table_cases))
+"""
+
+
+@pytest.mark.parametrize("env", [{}, {"TLC_CODEC_SLOW_PEXT": "1"}, {"TLC_CODEC_GENERIC": "1"}],
+                         ids=["default", "slow_pext", "portable"])
+def test_table_decoder_streams_match_the_reference(env):
+    """Longer streams, through the table decoder where the CPU takes it (short words, fast PDEP)
+    and through the word-by-word decoders (env vars are read once per process: a child each)."""
+    proc = subprocess.run([sys.executable, "-c", CHILD_TABLE, ROOT], capture_output=True,
+                          text=True, timeout=900, env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    accepted, refused = eval(proc.stdout.strip())
+    assert accepted > 50 and refused > 100, (accepted, refused)
 
 
 def test_portable_decoder_matches_the_reference():
