@@ -1146,12 +1146,15 @@ TLC_ALWAYS_INLINE int TableRound(const uint64_t* table, WindowMarker& marker, ui
     }
     const int64_t last = prev + 56 - Clz64(e);  // the last position (e's top bit)
     if (__builtin_expect(last >= inside_end, 0)) break;
-    const uint64_t pat = e >> 8;
-    marker.PlaceInside(prev + 1, pat, DepositBits(kReversedByte[signs >> 56], pat));
+    // (State first, then the marks: fewer values live across them, no spills.)
+    const int64_t first = prev + 1;
     prev = last;
-    signs <<= PopCount64(pat);
     inv <<= e & 63;  // (the bits taken, at most 12: SHLX masks its count so, no AND)
     cnt -= static_cast<int>(e & 63);
+    const uint64_t pat = e >> 8;
+    const uint64_t neg_pat = DepositBits(kReversedByte[signs >> 56], pat);
+    signs <<= PopCount64(pat);
+    marker.PlaceInside(first, pat, neg_pat);
   }
   return Ctz64(signs);
 }
