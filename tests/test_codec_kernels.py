@@ -195,8 +195,8 @@ def digest():
 
 def test_generic_kernels_write_the_same_bytes():
     """The portable kernels, the AVX2 ones, the AVX2 block quantizer without PEXT (the
-    path of AMD CPUs before Zen 3) and with every block's x staged in L1 (the path of x and e
-    whose L1 lines alias) write the same bytes."""
+    path of AMD CPUs before Zen 3) and with every block's x staged in L1 before its sums
+    are kept there (TLC_CODEC_STAGE=1) or not write the same bytes."""
     digests = []
     envs = ({}, {"TLC_CODEC_GENERIC": "1"}, {"TLC_CODEC_SLOW_PEXT": "1"},
             {"TLC_CODEC_STAGE": "1"}, {"TLC_CODEC_STAGE": "0"})
@@ -212,7 +212,7 @@ def test_generic_kernels_write_the_same_bytes():
 
 def test_x_and_e_at_the_allocators_layout():
     """x and e 2^27 + 4 KiB apart (two back-to-back 128 MiB allocations), where AMD's L1 way
-    hash makes half of their lines evict each other and the quantizer stages x's blocks:
+    hash makes half of their lines evict each other (the quantizer once staged x's blocks):
     the same bytes, scales and error as the reference. Views of one buffer; only the pages
     touched are committed."""
     n = 300_000

@@ -61,9 +61,10 @@ TLC_ALWAYS_INLINE int CtzOr63(uint64_t v) { return __builtin_ctzll(v | (uint64_t
 // For non-negative floats the bit patterns order like the values, with +inf
 // and NaN above every finite value, so one integer max does both jobs.
 TLC_ALWAYS_INLINE MaxAbsResult MaxAbsTail(const float* x, const float* e, int64_t i,
-                                          int64_t count, uint32_t top) {
+                                          int64_t count, uint32_t top, float* sums = nullptr) {
   for (; i < count; ++i) {
     float a = x[i] + e[i];
+    if (sums != nullptr) sums[i] = a;
     uint32_t bits;
     std::memcpy(&bits, &a, sizeof(bits));
     bits &= 0x7FFFFFFFu;
@@ -97,6 +98,8 @@ TLC_ALWAYS_INLINE uint64_t GroupsOf(uint64_t nz) {
   return ((((t & kEven) * kToEven) >> 32) & 0x55) | ((((t & (kEven << 5)) * kToOdd) >> 32) & 0xAA);
 }
 
+// With kSummed, x holds the sums x + e already (e is not read).
+template <bool kSummed = false>
 TLC_ALWAYS_INLINE int64_t QuantizeTail(const float* x, const float* e, float* e_out, int64_t i,
                                        int64_t count, float m, SliceSinks* sinks) {
   const float half = m * 0.5f;
@@ -105,7 +108,7 @@ TLC_ALWAYS_INLINE int64_t QuantizeTail(const float* x, const float* e, float* e_
     const int k = static_cast<int>(count - i < kSpan ? count - i : kSpan);
     uint64_t nz = 0, neg = 0;
     for (int j = 0; j < k; ++j) {
-      const float a = x[i + j] + e[i + j];
+      const float a = kSummed ? x[i + j] : x[i + j] + e[i + j];
       const int gt = a > half, lt = a < -half;
       e_out[i + j] = a - m * static_cast<float>(gt - lt);
       nz |= static_cast<uint64_t>(gt | lt) << j;
@@ -126,13 +129,20 @@ int64_t QuantizeGeneric(const float* x, const float* e, float* e_out, int64_t co
 }
 
 #if TLC_X86_KERNELS
-TLC_AVX2 MaxAbsResult MaxAbsAvx2(const float* x, const float* e, int64_t count) {
+// With sums (32-byte aligned), the sums x + e are also stored there: the
+// block quantizer's second pass then reads one L1 array and adds nothing.
+TLC_AVX2 MaxAbsResult MaxAbsAvx2(const float* x, const float* e, int64_t count,
+                                 float* sums = nullptr) {
   const __m256i mask = _mm256_set1_epi32(0x7FFFFFFF);
   __m256i top0 = _mm256_setzero_si256(), top1 = _mm256_setzero_si256();
   int64_t i = 0;
   for (; i + 16 <= count; i += 16) {
     __m256 a0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(e + i));
     __m256 a1 = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(e + i + 8));
+    if (sums != nullptr) {
+      _mm256_store_ps(sums + i, a0);
+      _mm256_store_ps(sums + i + 8, a1);
+    }
     top0 = _mm256_max_epu32(top0, _mm256_and_si256(_mm256_castps_si256(a0), mask));
     top1 = _mm256_max_epu32(top1, _mm256_and_si256(_mm256_castps_si256(a1), mask));
   }
@@ -140,19 +150,22 @@ TLC_AVX2 MaxAbsResult MaxAbsAvx2(const float* x, const float* e, int64_t count) 
   __m128i t = _mm_max_epu32(_mm256_castsi256_si128(top0), _mm256_extracti128_si256(top0, 1));
   t = _mm_max_epu32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
   t = _mm_max_epu32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
-  return MaxAbsTail(x, e, i, count, static_cast<uint32_t>(_mm_cvtsi128_si32(t)));
+  return MaxAbsTail(x, e, i, count, static_cast<uint32_t>(_mm_cvtsi128_si32(t)), sums);
 }
 
 // How far ahead (in elements) the AVX2 block quantizer prefetches x and e:
-// about one block of the default size, so the next block's maximum reads
-// from cache and its DRAM traffic overlaps this block's arithmetic. Software
-// prefetches also cross the 4 KiB pages where the hardware prefetcher stops.
-// Into L2 (kPrefetchHint), not L1: on AMD Zen 4 at 32 Mi values the block
-// quantizer took 0.37-0.39 ns per value with L2 prefetches at 0.5 to 3
-// blocks ahead, against 0.46-0.47 with L1 prefetches one block ahead (and
-// 0.55 two or more ahead: L1 prefetches hold the few L1 miss slots, and
-// the prefetched lines push the block being quantized out of L1).
-constexpr int64_t kPrefetchAhead = 1024;
+// about three blocks of the default size, so the next blocks' maxima read
+// from cache and their DRAM traffic overlaps this block's arithmetic.
+// Software prefetches also cross the 4 KiB pages where the hardware
+// prefetcher stops. Into L2 (kPrefetchHint), not L1: on AMD Zen 4 at 32 Mi
+// values the block quantizer took 0.37-0.39 ns per value with L2 prefetches
+// at 0.5 to 3 blocks ahead, against 0.46-0.47 with L1 prefetches one block
+// ahead (and 0.55 two or more ahead: L1 prefetches hold the few L1 miss
+// slots, and the prefetched lines push the block being quantized out of L1).
+// Once the quantize pass read only the kept sums (shorter), one block ahead
+// came too late: compress 14.6-15.2 ms at 1024, 12.8-13.8 ms at 3072
+// (2026-11-28; 2048 to 8192 all within the noise of 3072).
+constexpr int64_t kPrefetchAhead = 3072;
 constexpr auto kPrefetchHint = _MM_HINT_T1;
 
 // The same operations as QuantizeTail, eight lanes at a time: a + e, the two
@@ -160,6 +173,14 @@ constexpr auto kPrefetchHint = _MM_HINT_T1;
 // which is the product's exact value (m, -m or +0.0f; m is finite and >= 0).
 // Elements [count, prefetch_end) of x and e follow in memory: they are
 // prefetched kPrefetchAhead ahead of the element being quantized.
+// x + e from memory, or (kSummed) the sums kept by the maximum pass in x.
+template <bool kSummed>
+TLC_AVX2 TLC_ALWAYS_INLINE __m256 LoadSum(const float* x, const float* e) {
+  return kSummed ? _mm256_loadu_ps(x) : _mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(e));
+}
+
+// With kSummed, x holds the sums x + e; e is then only prefetched.
+template <bool kSummed = false>
 TLC_AVX2 int64_t QuantizeAvx2(const float* x, const float* e, float* e_out, int64_t count,
                               float m, SliceSinks* sinks, int64_t prefetch_end = 0,
                               const float* x_in_memory = nullptr) {
@@ -183,8 +204,7 @@ TLC_AVX2 int64_t QuantizeAvx2(const float* x, const float* e, float* e_out, int6
     }
     uint64_t nz = 0, neg = 0;
     for (int j = 0; j < kSpan / 8; ++j) {
-      const __m256 a =
-          _mm256_add_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(e + i + 8 * j));
+      const __m256 a = LoadSum<kSummed>(x + i + 8 * j, e + i + 8 * j);
       const __m256 gt = _mm256_cmp_ps(a, vh, _CMP_GT_OQ);
       const __m256 lt = _mm256_cmp_ps(a, vnh, _CMP_LT_OQ);
       const __m256 mq = _mm256_or_ps(_mm256_and_ps(gt, vm), _mm256_and_ps(lt, vnm));
@@ -197,7 +217,7 @@ TLC_AVX2 int64_t QuantizeAvx2(const float* x, const float* e, float* e_out, int6
     sinks->grp.Put(GroupsOf(nz), kSpan / kGroupSize);
     nonzeros += _mm_popcnt_u64(nz);
   }
-  return nonzeros + QuantizeTail(x, e, e_out, i, count, m, sinks);
+  return nonzeros + QuantizeTail<kSummed>(x, e, e_out, i, count, m, sinks);
 }
 
 // Bit k of the result: the sign bit of lane k % 8 of the (k / 8)-th vector.
@@ -213,11 +233,12 @@ TLC_AVX2 TLC_ALWAYS_INLINE uint32_t MaskBits32(__m256 a, __m256 b, __m256 c, __m
 
 // Quantizes 32 elements from i (QuantizeAvx2's arithmetic, q*m as a blend):
 // returns the 32 bits of q > 0 in the low half and of q < 0 in the high half.
+template <bool kSummed>
 TLC_AVX2 TLC_ALWAYS_INLINE uint64_t Quantize32(const float* x, const float* e, float* e_out,
                                                __m256 vh, __m256 vnh, __m256 vm, __m256 vnm) {
   __m256 gt[4], lt[4];
   for (int j = 0; j < 4; ++j) {
-    const __m256 a = _mm256_add_ps(_mm256_loadu_ps(x + 8 * j), _mm256_loadu_ps(e + 8 * j));
+    const __m256 a = LoadSum<kSummed>(x + 8 * j, e + 8 * j);
     gt[j] = _mm256_cmp_ps(a, vh, _CMP_GT_OQ);
     lt[j] = _mm256_cmp_ps(a, vnh, _CMP_LT_OQ);
     // m*q exactly: m where q = 1, -m where q = -1, +0.0f elsewhere.
@@ -261,7 +282,7 @@ TLC_AVX2 TLC_ALWAYS_INLINE uint64_t GroupsOf320(const uint64_t* nz) {
 
 // QuantizeAvx2 in spans of 320 elements (64 groups: whole words of every
 // mask), the rest in spans of 40.
-template <bool kFastPext>
+template <bool kFastPext, bool kSummed>
 TLC_AVX2 int64_t Quantize320Avx2(const float* x, const float* e, float* e_out, int64_t count,
                                  float m, SliceSinks* sinks, int64_t prefetch_end,
                                  const float* x_in_memory) {
@@ -284,8 +305,9 @@ TLC_AVX2 int64_t Quantize320Avx2(const float* x, const float* e, float* e_out, i
           _mm_prefetch(reinterpret_cast<const char*>(e + at + kPrefetchAhead + 16 * l), kPrefetchHint);
         }
       }
-      const uint64_t lo = Quantize32(x + at, e + at, e_out + at, vh, vnh, vm, vnm);
-      const uint64_t hi = Quantize32(x + at + 32, e + at + 32, e_out + at + 32, vh, vnh, vm, vnm);
+      const uint64_t lo = Quantize32<kSummed>(x + at, e + at, e_out + at, vh, vnh, vm, vnm);
+      const uint64_t hi =
+          Quantize32<kSummed>(x + at + 32, e + at + 32, e_out + at + 32, vh, vnh, vm, vnm);
       const uint64_t gt = (lo & 0xFFFFFFFFu) | hi << 32, lt = (lo >> 32) | (hi & ~uint64_t{0} << 32);
       nz[w] = gt | lt;
       sinks->nz.Put64(nz[w]);
@@ -294,8 +316,8 @@ TLC_AVX2 int64_t Quantize320Avx2(const float* x, const float* e, float* e_out, i
     }
     sinks->grp.Put64(GroupsOf320<kFastPext>(nz));
   }
-  return nonzeros + QuantizeAvx2(x + i, e + i, e_out + i, count - i, m, sinks, prefetch_end - i,
-                                 x_in_memory + i);
+  return nonzeros + QuantizeAvx2<kSummed>(x + i, e + i, e_out + i, count - i, m, sinks,
+                                          prefetch_end - i, x_in_memory + i);
 }
 
 bool AmdCpu() {
@@ -322,30 +344,19 @@ bool FastPext() {
   return fast;
 }
 
-// Blocks up to this many values can have their x staged in L1 (16 KiB with
-// e's block beside it: half of a 32 KiB L1).
+// Blocks up to this many values have their sums x + e kept in L1 between
+// the maximum pass and the quantize pass (8 KiB; half of L1 with e's block).
 constexpr int64_t kMaxStagedBlock = 2048;
 
-// The 8-bit "utag" AMD Zen cores use to pick an L1 data way: pairs of
-// linear address bits 12-27 XORed (Lipp et al., "Take A Way", AsiaCCS 2020).
-TLC_ALWAYS_INLINE uint32_t ZenUtag(const float* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p) >> 12;
-  const uintptr_t low = a & 0x7, mid = (a >> 3) & 0x1F, high = (a >> 8) & 0xFF;
-  // bits 12-14 pair with 27-25 (reversed), bits 15-19 with 20-24.
-  const uintptr_t r = ((high >> 7) & 1) | ((high >> 5) & 2) | ((high >> 3) & 4);
-  return static_cast<uint32_t>((low ^ r) | ((mid ^ (high & 0x1F)) << 3));
-}
-
-// Whether a block's x should be copied to an L1 buffer before it is read
-// beside e's. Lines of x and e with the same page offset and the same utag
-// evict each other from L1, so a block's second pass (quantize after
-// maximum) read both from L2 again. At x - e = 2^27 + 4 KiB, what two
-// back-to-back 128 MiB allocations get, that is half of the pages, and
-// compress (32 Mi values, 1 thread) took 25.3-25.8 ms against 18.4-18.6 ms
-// spaced; with x's aliased blocks copied first, 20.6-20.7 ms. The copy is an
-// extra L1 pass over x's block, so it is made only for such blocks and only
-// on AMD. TLC_CODEC_STAGE=0 / 1 forces it off / on for every block (tests
-// compare the bytes of all three).
+// Whether a block's x is copied to the L1 sums buffer before it is read.
+// That copy once avoided re-reading x from L2 in the quantize pass when x's
+// and e's lines evicted each other from an AMD L1 (same page offset and
+// utag: at x - e = 2^27 + 4 KiB, compress took 25.3-25.8 ms against
+// 18.4-18.6 ms spaced, and 20.6-20.7 ms with the copy). Now the quantize
+// pass reads only the kept sums, so the copy is pure cost (2026-11-28,
+// 32 Mi values, aliased layout: 14.3-15.1 ms without it against 15.4-15.8 ms
+// with it) and is made only when TLC_CODEC_STAGE=1 forces it (tests compare
+// the bytes of both settings).
 int ForcedStaging() {
   static const int forced = [] {
     const char* v = std::getenv("TLC_CODEC_STAGE");
@@ -354,14 +365,7 @@ int ForcedStaging() {
   return forced;
 }
 
-TLC_ALWAYS_INLINE bool StageBlock(const float* x, const float* e, int64_t count) {
-  const int forced = ForcedStaging();
-  if (forced >= 0) return forced == 1;
-  if (!AmdCpu() || (reinterpret_cast<uintptr_t>(x) - reinterpret_cast<uintptr_t>(e)) % 4096 != 0)
-    return false;
-  const int64_t last = count - 1;
-  return ZenUtag(x) == ZenUtag(e) || ZenUtag(x + last) == ZenUtag(e + last);
-}
+TLC_ALWAYS_INLINE bool StageBlock() { return ForcedStaging() == 1; }
 
 // x's block into the (64-byte aligned) staging buffer, before e's block is
 // read: copied while reading e, x's lines evicted e's (and e's x's) again
@@ -379,6 +383,23 @@ TLC_AVX2 void CopyAvx2(float* to, const float* from, int64_t count) {
   std::memcpy(to + i, from + i, sizeof(float) * (count - i));
 }
 
+// One block's quantize pass, from the kept sums x + e (summed) or from x and e.
+TLC_AVX2 TLC_ALWAYS_INLINE int64_t QuantizeBlockAvx2(const float* x, const float* e, float* e_out,
+                                                     int64_t count, float m, SliceSinks* sinks,
+                                                     int64_t prefetch_end, const float* x_in_memory,
+                                                     bool fast_pext, bool summed) {
+  if (summed) {
+    return fast_pext ? Quantize320Avx2<true, true>(x, e, e_out, count, m, sinks, prefetch_end,
+                                                   x_in_memory)
+                     : Quantize320Avx2<false, true>(x, e, e_out, count, m, sinks, prefetch_end,
+                                                    x_in_memory);
+  }
+  return fast_pext ? Quantize320Avx2<true, false>(x, e, e_out, count, m, sinks, prefetch_end,
+                                                  x_in_memory)
+                   : Quantize320Avx2<false, false>(x, e, e_out, count, m, sinks, prefetch_end,
+                                                   x_in_memory);
+}
+
 // QuantizeBlocks with the next blocks prefetched during each block's
 // quantization: the maximum of block k + 1 then reads from cache, and the
 // memory traffic overlaps the arithmetic instead of preceding it.
@@ -388,25 +409,26 @@ TLC_AVX2 int64_t QuantizeBlocksAvx2(const float* x, const float* e, float* e_out
   int64_t nonzeros = 0;
   const bool fast_pext = FastPext();
   const int64_t slice_end = std::min(n, k1 * block);
-  alignas(64) float staged[kMaxStagedBlock];
+  // The block's sums x + e, kept by the maximum pass for the quantize pass
+  // (in place of x's staged copy, if any: each sum is stored after its x is read).
+  alignas(64) float sums[kMaxStagedBlock];
   for (int64_t k = k0; k < k1; ++k) {
     const int64_t begin = k * block, end = std::min(n, begin + block);
+    const bool keep_sums = end - begin <= kMaxStagedBlock;
     const float* xb = x + begin;
-    if (end - begin <= kMaxStagedBlock && StageBlock(xb, e + begin, end - begin)) {
-      CopyAvx2(staged, xb, end - begin);
-      xb = staged;
+    if (keep_sums && StageBlock()) {
+      CopyAvx2(sums, xb, end - begin);
+      xb = sums;
     }
-    const MaxAbsResult p = MaxAbsAvx2(xb, e + begin, end - begin);
+    const MaxAbsResult p = MaxAbsAvx2(xb, e + begin, end - begin, keep_sums ? sums : nullptr);
     const float m = p.max_abs * s;
     if (!p.finite || !std::isfinite(m)) {
       *bad = k;
       break;
     }
     scales[k] = m;
-    nonzeros += fast_pext ? Quantize320Avx2<true>(xb, e + begin, e_out + begin, end - begin, m,
-                                                  sinks, slice_end - begin, x + begin)
-                          : Quantize320Avx2<false>(xb, e + begin, e_out + begin, end - begin, m,
-                                                   sinks, slice_end - begin, x + begin);
+    nonzeros += QuantizeBlockAvx2(keep_sums ? sums : xb, e + begin, e_out + begin, end - begin, m,
+                                  sinks, slice_end - begin, x + begin, fast_pext, keep_sums);
   }
   return nonzeros;
 }
