@@ -157,16 +157,18 @@ TLC_AVX2 MaxAbsResult MaxAbsAvx2(const float* x, const float* e, int64_t count,
 // about three blocks of the default size, so the next blocks' maxima read
 // from cache and their DRAM traffic overlaps this block's arithmetic.
 // Software prefetches also cross the 4 KiB pages where the hardware
-// prefetcher stops. Into L2 (kPrefetchHint), not L1: on AMD Zen 4 at 32 Mi
-// values the block quantizer took 0.37-0.39 ns per value with L2 prefetches
-// at 0.5 to 3 blocks ahead, against 0.46-0.47 with L1 prefetches one block
-// ahead (and 0.55 two or more ahead: L1 prefetches hold the few L1 miss
-// slots, and the prefetched lines push the block being quantized out of L1).
-// Once the quantize pass read only the kept sums (shorter), one block ahead
-// came too late: compress 14.6-15.2 ms at 1024, 12.8-13.8 ms at 3072
-// (2026-11-28; 2048 to 8192 all within the noise of 3072).
+// prefetcher stops. When the quantize pass read x and e again from L1, L2
+// prefetches won: on AMD Zen 4 at 32 Mi values the block quantizer took
+// 0.37-0.39 ns per value with L2 prefetches at 0.5 to 3 blocks ahead,
+// against 0.46-0.47 with L1 prefetches one block ahead (and 0.55 two or more
+// ahead: L1 prefetches hold the few L1 miss slots, and the prefetched lines
+// pushed the block being quantized out of L1). Once the quantize pass read
+// only the kept sums (shorter), one block ahead came too late: compress
+// 14.6-15.2 ms at 1024, 12.8-13.8 ms at 3072 into L2 (2048 to 8192 all
+// within the noise), and into L1 at 3072 12.3-13.5 ms against 13.2-14.2
+// into L2 (T2: no better than L2; 2026-11-28).
 constexpr int64_t kPrefetchAhead = 3072;
-constexpr auto kPrefetchHint = _MM_HINT_T1;
+constexpr auto kPrefetchHint = _MM_HINT_T0;
 
 // The same operations as QuantizeTail, eight lanes at a time: a + e, the two
 // ordered comparisons, then a - m*q with m*q formed as (gt & m) | (lt & -m),
