@@ -50,12 +50,10 @@ def fuse(statistics, worker_device):
     tensors now cross in fused messages (0 when nothing could be fused)."""
     crossing = collections.defaultdict(list)  # (ps device, dtype) -> [(op, input index)]
     for variable in statistics:
-        handle = getattr(variable, "handle", None)
-        if handle is None or not variable.device:
+        if getattr(variable, "handle", None) is None or not variable.device:
             continue
-        initializer = variable.initializer
-        for write in [op for op in handle.consumers() if op.type in WRITE_OPS
-                      and op.inputs[0] is handle and op is not initializer]:
+        handle = variable.handle
+        for write in writes_of(variable):
             region = _region(handle, write.inputs[1].op)
             if region is None:
                 continue
@@ -68,6 +66,15 @@ def fuse(statistics, worker_device):
     for (device, dtype), edges in crossing.items():
         fused += _send_together(device, worker_device, dtype, edges)
     return fused
+
+
+def writes_of(variable):
+    """The ops writing a resource variable, its initializer left out."""
+    handle = getattr(variable, "handle", None)
+    if handle is None:
+        return []
+    return [op for op in handle.consumers() if op.type in WRITE_OPS
+            and op.inputs[0] is handle and op is not variable.initializer]
 
 
 def _region(handle, value):

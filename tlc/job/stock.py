@@ -95,9 +95,6 @@ def updated_statistics_bytes(graph):
         if (getattr(variable, "synchronization", None) != tf.VariableSynchronization.ON_READ
                 or not variable.dtype.is_floating):
             continue
-        handle = getattr(variable, "handle", None)
-        writes = [op for op in (handle.consumers() if handle is not None else [])
-                  if op.type in statistic_updates.WRITE_OPS and op is not variable.initializer]
-        if writes:
+        if statistic_updates.writes_of(variable):
             total += variable.dtype.base_dtype.size * variable.shape.num_elements()
     return total
