@@ -265,7 +265,7 @@ def run_cell(workers, ps, args, recorded, flags):
                for i in range(workers)]
         row["build_seconds"] = round(time.time() - built, 1)
         samples, errors = {}, []
-        traces = collections.defaultdict(float)
+        traces, nodes = collections.defaultdict(float), collections.Counter()
         traced_steps = [0]
         lock = threading.Lock()
 
@@ -298,7 +298,7 @@ def run_cell(workers, ps, args, recorded, flags):
                             trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
                         version = worker.step(recorded, options, metadata)
                         with lock:
-                            add_ps_op_times(metadata, traces)
+                            add_ps_op_times(metadata, traces, nodes)
                             traced_steps[0] += 1
                     else:
                         version = worker.step(recorded)
@@ -337,7 +337,7 @@ def run_cell(workers, ps, args, recorded, flags):
         row["checks"] = checks
         row.update(figures(workers, ps, samples, args))
         if traced_steps[0]:
-            row["profile"] = profile(traces, traced_steps[0])
+            row["profile"] = profile(traces, nodes, traced_steps[0])
     finally:
         for w in sim:
             try:
@@ -407,9 +407,9 @@ CATEGORIES = (
 )
 
 
-def add_ps_op_times(metadata, totals):
+def add_ps_op_times(metadata, totals, nodes):
     """Adds each PS-device node's time (its op's start to end, microseconds)
-    to totals by (op type, node name)."""
+    to totals by (op type, node name), and counts the nodes by op type."""
     for dev in metadata.step_stats.dev_stats:
         if not PS_DEVICE.search(dev.device):
             continue
@@ -417,9 +417,10 @@ def add_ps_op_times(metadata, totals):
             kind = node.timeline_label.split("=")[-1].split("(")[0].strip() \
                 if "=" in node.timeline_label else node.node_name
             totals[(kind, node.node_name)] += node.op_end_rel_micros - node.op_start_rel_micros
+            nodes[kind] += 1
 
 
-def profile(totals, traced):
+def profile(totals, nodes, traced):
     """Per worker step: microseconds by category and the top op types (wall
     time of each op, start to end: on a busy machine a preempted op's time
     grows, so the shares mean more than the figures)."""
@@ -433,7 +434,10 @@ def profile(totals, traced):
             label = next((c for c, kinds in CATEGORIES if kind in kinds), "other ops")
         by_category[label] += micros
     top = sorted(by_kind.items(), key=lambda kv: -kv[1])[:15]
-    return {"traced_worker_steps": traced,
+    return {"nodes_per_worker_step": round(sum(nodes.values()) / traced, 1),
+            "node_types_per_worker_step": {k: round(v / traced, 1)
+                                           for k, v in sorted(nodes.items(), key=lambda kv: -kv[1])},
+            "traced_worker_steps": traced,
             "busy_op_micros_per_worker_step": round(sum(
                 v for k, v in by_kind.items() if k not in WAITING_OPS) / traced, 1),
             "by_category": {k: round(v / traced, 1) for k, v in

@@ -2,6 +2,8 @@
 run in a subprocess, a finished earlier run found again (moved here from
 tlc/job/launcher.py, which holds only what the job itself runs), one process
 per task started and killed one by one, and waiting on an event."""
+import contextlib
+import glob
 import json
 import os
 import signal
@@ -96,3 +98,22 @@ class TaskCluster:
     def report(self, index):
         with open(os.path.join(self.logdir, f"worker{index}.json"), encoding="utf-8") as f:
             return json.load(f)
+
+    def log_tails(self, lines=25):
+        """The last lines of every task's log (what a failed run needs read)."""
+        out = []
+        for path in sorted(glob.glob(os.path.join(self.logdir, "*.log"))):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                tail = f.read().splitlines()[-lines:]
+            out += [f"----- {os.path.basename(path)} (last {len(tail)} lines)"] + tail
+        return "\n".join(out)
+
+    @contextlib.contextmanager
+    def logs_on_failure(self):
+        """Prints the tasks' log tails if the block raises (pytest shows a
+        failed test's output: a hang in CI can then be read, not guessed)."""
+        try:
+            yield
+        except BaseException:
+            print(self.log_tails())
+            raise

@@ -27,33 +27,11 @@ def test_killed_worker_with_backups_and_its_restart(tmp_path):
     c = TaskCluster(tmp_path, 3, BASE_FLAGS + ["--steps=250", "--num_workers=3", "--backup_workers=1"])
     c.start()
     try:
-        wait_for(lambda: chief_step(c.logdir) >= 10, 180, "training to start")
-        c.kill("worker", 2)
-        killed_at = chief_step(c.logdir)
-        # (1) Two workers remain, two are aggregated: the step count keeps advancing.
-        wait_for(lambda: chief_step(c.logdir) >= killed_at + 15, 120, "progress without worker 2")
-        # (2) The restarted worker copies the model and trains on. The other
-        # two are stopped until it has its copy of the model (its sockets to
-        # the cluster received more than the model's bytes, counted by the
-        # kernel), so that the run cannot end before it joins however slowly
-        # it starts; tokens of the steps it missed are waiting for it.
-        others = [c.launcher.procs[("worker", i)].pid for i in (0, 1)]
-        for pid in others:
-            os.killpg(pid, signal.SIGSTOP)
-        try:
-            c.restart("worker", 2)
-            restarted = c.launcher.procs[("worker", 2)]
-            links = Loopback(0)
-            links.use(c.spec)
-            wait_for(lambda: restarted.poll() is not None or links.counters(
-                {("worker", 2): restarted})["worker2"]["rx_bytes"] > MODEL_BYTES, 240,
-                     "the restarted worker's copy of the model")
-        finally:
-            for pid in others:
-                os.killpg(pid, signal.SIGCONT)
-        for index in range(3):
-            proc = c.launcher.procs[("worker", index)]
-            assert proc.wait(timeout=240) == 0, f"worker {index} failed"
+        with c.logs_on_failure():
+            killed_at = kill_and_restart_worker_2(c)
+            for index in range(3):
+                proc = c.launcher.procs[("worker", index)]
+                assert proc.wait(timeout=240) == 0, f"worker {index} failed"
     finally:
         c.launcher.stop()
     chief, restarted = c.report(0), c.report(2)
@@ -63,12 +41,43 @@ def test_killed_worker_with_backups_and_its_restart(tmp_path):
     assert restarted["worker_steps"] > 0
 
 
+def kill_and_restart_worker_2(c):
+    """Kills worker 2 once training runs, checks the others go on, restarts
+    it; returns the chief's step when it was killed."""
+    wait_for(lambda: chief_step(c.logdir) >= 10, 180, "training to start")
+    c.kill("worker", 2)
+    killed_at = chief_step(c.logdir)
+    # (1) Two workers remain, two are aggregated: the step count keeps advancing.
+    wait_for(lambda: chief_step(c.logdir) >= killed_at + 15, 120, "progress without worker 2")
+    # (2) The restarted worker copies the model and trains on. The other
+    # two are stopped until it has its copy of the model (its sockets to
+    # the cluster received more than the model's bytes, counted by the
+    # kernel), so that the run cannot end before it joins however slowly
+    # it starts; tokens of the steps it missed are waiting for it.
+    others = [c.launcher.procs[("worker", i)].pid for i in (0, 1)]
+    for pid in others:
+        os.killpg(pid, signal.SIGSTOP)
+    try:
+        c.restart("worker", 2)
+        restarted = c.launcher.procs[("worker", 2)]
+        links = Loopback(0)
+        links.use(c.spec)
+        wait_for(lambda: restarted.poll() is not None or links.counters(
+            {("worker", 2): restarted})["worker2"]["rx_bytes"] > MODEL_BYTES, 240,
+                 "the restarted worker's copy of the model")
+    finally:
+        for pid in others:
+            os.killpg(pid, signal.SIGCONT)
+    return killed_at
+
+
 def test_chief_and_ps_restart_from_checkpoint(tmp_path):
     flags = BASE_FLAGS + ["--steps=80", "--checkpoint_steps=10"]
     first = TaskCluster(tmp_path, 2, flags)
     first.start()
     try:
-        wait_for(lambda: chief_step(first.logdir) >= 35, 240, "a checkpoint past step 30")
+        with first.logs_on_failure():
+            wait_for(lambda: chief_step(first.logdir) >= 35, 240, "a checkpoint past step 30")
     finally:
         first.launcher.stop()  # kills chief, worker and PS mid-run
     checkpoints = os.listdir(os.path.join(first.logdir, "checkpoints"))

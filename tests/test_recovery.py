@@ -19,13 +19,14 @@ def test_ps_killed_without_checkpoint_recovers_from_the_chief_copy(tmp_path):
     c = TaskCluster(tmp_path, 2, BASE_FLAGS + [f"--steps={steps}"])
     c.start()
     try:
-        wait_for(lambda: chief_step(c.logdir) >= 100, 900, "step 100")
-        c.kill("ps", 0)
-        killed_at = chief_step(c.logdir)
-        c.restart("ps", 0)
-        for index in range(2):
-            assert c.launcher.procs[("worker", index)].wait(timeout=900) == 0, \
-                log_text(c, f"worker{index}")[-3000:]
+        with c.logs_on_failure():
+            wait_for(lambda: chief_step(c.logdir) >= 100, 900, "step 100")
+            c.kill("ps", 0)
+            killed_at = chief_step(c.logdir)
+            c.restart("ps", 0)
+            for index in range(2):
+                assert c.launcher.procs[("worker", index)].wait(timeout=900) == 0, \
+                    log_text(c, f"worker{index}")[-3000:]
     finally:
         c.launcher.stop()
     chief_log = log_text(c, "worker0")
@@ -56,13 +57,14 @@ def test_model_lost_with_the_chief_stops_the_other_worker_naming_the_steps(tmp_p
     c = TaskCluster(tmp_path, 2, BASE_FLAGS + ["--steps=400"])
     c.start()
     try:
-        wait_for(lambda: chief_step(c.logdir) >= 30, 900, "step 30")
-        c.kill("worker", 0)
-        c.kill("ps", 0)
-        killed_at = chief_step(c.logdir)
-        c.restart("ps", 0)
-        c.restart("worker", 0)
-        assert c.launcher.procs[("worker", 1)].wait(timeout=900) != 0
+        with c.logs_on_failure():
+            wait_for(lambda: chief_step(c.logdir) >= 30, 900, "step 30")
+            c.kill("worker", 0)
+            c.kill("ps", 0)
+            killed_at = chief_step(c.logdir)
+            c.restart("ps", 0)
+            c.restart("worker", 0)
+            assert c.launcher.procs[("worker", 1)].wait(timeout=900) != 0
     finally:
         c.launcher.stop()
     lost = re.search(r"worker 1: the parameter servers lost the model: it went back from step "
@@ -77,13 +79,14 @@ def test_restarted_chief_keeps_the_model_a_live_ps_holds(tmp_path):
     c = TaskCluster(tmp_path, 2, BASE_FLAGS + ["--steps=150"])
     c.start()
     try:
-        wait_for(lambda: chief_step(c.logdir) >= 30, 900, "step 30")
-        c.kill("worker", 0)
-        killed_at = chief_step(c.logdir)
-        c.restart("worker", 0)
-        for index in range(2):
-            assert c.launcher.procs[("worker", index)].wait(timeout=900) == 0, \
-                log_text(c, f"worker{index}")[-3000:]
+        with c.logs_on_failure():
+            wait_for(lambda: chief_step(c.logdir) >= 30, 900, "step 30")
+            c.kill("worker", 0)
+            killed_at = chief_step(c.logdir)
+            c.restart("worker", 0)
+            for index in range(2):
+                assert c.launcher.procs[("worker", index)].wait(timeout=900) == 0, \
+                    log_text(c, f"worker{index}")[-3000:]
     finally:
         c.launcher.stop()
     chief = c.report(0)
