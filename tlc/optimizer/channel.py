@@ -45,7 +45,20 @@ class Channel:
         step for each accumulator); the statistics ride in the first."""
         pushed = [e for e in self.entries if e.name in grads]
         buckets = push_buckets(pushed, shared.config.push_buckets)
-        encoded, decoded, messages, templates = {}, {}, [], []
+        encoded, messages, templates, nbytes = self._send(shared, grads, pushed, buckets)
+        heads, ops, decoded, gate, worker_version = self._receive(shared, buckets, encoded,
+                                                                  messages, templates)
+        return records.ChannelPush(
+            encoded=encoded, decoded=decoded, ops=ops, heads=heads, messages=messages,
+            buckets=[[e.name for e in bucket] for bucket in buckets], gate=gate,
+            worker_version=worker_version, nbytes=nbytes,
+            seconds=[x.seconds for x in encoded.values() if x.seconds is not None],
+            aggregated=[(decoded[e.name].aggregated, e.master) for e in pushed])
+
+    def _send(self, shared, grads, pushed, buckets):
+        """The worker's half: (each entry's records.Encoded, the bucket
+        messages, each message's parts as templates, the payload bytes)."""
+        encoded, messages, templates = {}, [], []
         with tf.device(shared.worker_host):
             worker = shared.worker
             head = tf.stack([tf.cast(shared.local_step.read_value(), tf.int64),
@@ -62,16 +75,24 @@ class Channel:
                 messages.append(wire.pack(parts))
             nbytes = tf.add_n([tf.constant(0, tf.int64)] + [x.nbytes for x in encoded.values()]
                               + [tf.size(s, out_type=tf.int64) * s.dtype.size for s in statistics])
-        # The PS side follows from the messages alone: no control edges from
-        # the worker's graph (e.g. UPDATE_OPS around minimize()) cross.
-        # The round's gate: each worker's push into the accumulator decoded
-        # last comes after its others, and the chief's update takes the gate
-        # first and the others after it. Until a round is complete an update
-        # has taken nothing, so an update that outlives its session on the
-        # PS (a cut link leaves no reset) cannot have taken part of a round
-        # when a new chief's update starts beside it.
-        gate = [e for bucket in buckets for e in bucket][-1].name if pushed else None
-        heads, ops, made = [], [], {}
+        return encoded, messages, templates, nbytes
+
+    def _receive(self, shared, buckets, encoded, messages, templates):
+        """The PS's half: (each message's head, every push op, each entry's
+        records.Decoded, the round's gate entry or None, the pushing
+        worker's model version as the PS reads it for its reply).
+
+        It follows from the messages alone: no control edges from the
+        worker's graph (e.g. UPDATE_OPS around minimize()) cross. The round's
+        gate: each worker's push into the accumulator decoded last comes
+        after its others, and the chief's update takes the gate first and
+        the others after it. Until a round is complete an update has taken
+        nothing, so an update that outlives its session on the PS (a cut
+        link leaves no reset) cannot have taken part of a round when a new
+        chief's update starts beside it."""
+        pushed = [e for bucket in buckets for e in bucket]
+        gate = pushed[-1].name if pushed else None
+        heads, ops, made, decoded = [], [], {}, {}
         with tf.device(self.device), tf.control_dependencies(None):
             for i, (bucket, message, parts) in enumerate(zip(buckets, messages, templates)):
                 received = wire.unpack(message, parts,
@@ -89,11 +110,10 @@ class Channel:
                 if i == 0:
                     ops += [self._keep_statistic(e, v)
                             for e, v in zip(self.statistics, received[at:])]
-            # The pushing worker's model version, as the PS reads it (for its
-            # reply): every head carries it; the first bucket's arrives first.
+            # Every head carries the version; the first bucket's arrives first.
             worker_version = heads[0][1]
             gate_taken = made[gate][2]() if pushed else None
-            for entry in pushed:
+            for entry in reversed(pushed):  # var_list order, as the takes were always made
                 op, accumulator, take = made[entry.name]
                 if entry.name == gate:
                     taken = gate_taken
@@ -101,12 +121,7 @@ class Channel:
                     with tf.control_dependencies([sparse.values_of(gate_taken)]):
                         taken = take()
                 decoded[entry.name] = records.Decoded(op, taken, accumulator)
-        return records.ChannelPush(
-            encoded=encoded, decoded=decoded, ops=ops, heads=heads, messages=messages,
-            buckets=[[e.name for e in bucket] for bucket in buckets], gate=gate,
-            worker_version=worker_version, nbytes=nbytes,
-            seconds=[x.seconds for x in encoded.values() if x.seconds is not None],
-            aggregated=[(decoded[e.name].aggregated, e.master) for e in pushed])
+        return heads, ops, decoded, gate, worker_version
 
     @staticmethod
     def _statistic_part(worker, entry):
