@@ -102,8 +102,10 @@ def run_worker(server, cluster, index, args):
     summary_dir = args.summary_dir and os.path.join(args.summary_dir, f"worker{index}")
     # The hook also watches: a parameter server that does not answer, or a
     # step that waits, is named after stall_timeout s; unreachable_timeout s: exit 1.
+    # last_step: a worker that ends there wakes any worker still waiting for a token.
     hooks = [opt.make_session_run_hook(is_chief, num_tokens=0, stall_timeout=args.stall_timeout,
-                                       unreachable_timeout=args.unreachable_timeout),
+                                       unreachable_timeout=args.unreachable_timeout,
+                                       last_step=args.steps),
              TrafficHook(opt, every_n_steps=20, summary_dir=summary_dir),  # bytes per step
              tf.compat.v1.train.StopAtStepHook(last_step=args.steps)]
     # Only this worker and the parameter servers: no waiting for other workers.

@@ -68,10 +68,11 @@ class StockSync:
         return tf.group(train_op, *counted)
 
     def make_session_run_hook(self, is_chief, num_tokens=-1, checkpoint_dir=None,
-                              save_checkpoint_steps=None, stall_timeout=None):
-        # TF's optimizer keeps no push memory (nothing to shard) and its hook
-        # has no watchdog (the job's own watches): tlc's hook arguments go unused.
-        del checkpoint_dir, save_checkpoint_steps, stall_timeout
+                              save_checkpoint_steps=None, stall_timeout=None, last_step=None):
+        # TF's optimizer keeps no push memory (nothing to shard), its hook
+        # has no watchdog (the job's own watches) and releases no tokens at
+        # the end: tlc's hook arguments go unused.
+        del checkpoint_dir, save_checkpoint_steps, stall_timeout, last_step
         return self._sync.make_session_run_hook(is_chief, num_tokens)
 
     @staticmethod

@@ -271,7 +271,7 @@ def _run_worker(server, cluster, spec, index, config, flags, dog):
     # The job's own watchdog (`dog`, with the servers' addresses) watches.
     hooks = [sync.make_session_run_hook(is_chief, num_tokens=0, checkpoint_dir=shards_dir,
                                         save_checkpoint_steps=flags.checkpoint_steps or None,
-                                        stall_timeout=None)]
+                                        stall_timeout=None, last_step=flags.steps)]
     start = time.time()
     summary = {"task": index, "model": graph.model_name, "compressor": sync.compressor.describe(),
                "pull_compressor": sync.pull_compressor.describe()}

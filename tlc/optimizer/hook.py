@@ -35,14 +35,16 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
     resyncs a worker that fell too far behind."""
 
     def __init__(self, built, is_chief, num_tokens, make_init_tokens, checkpoint_dir=None,
-                 save_checkpoint_steps=None, stall_timeout=60.0, unreachable_timeout=600.0):
+                 save_checkpoint_steps=None, stall_timeout=60.0, unreachable_timeout=600.0,
+                 last_step=None):
         """built() -> what apply_gradients built (session_ops, full_sync,
         recovery), or None before; make_init_tokens() -> the chief's init op.
         checkpoint_dir: where this worker keeps its push-memory shards (the
         chief's checkpoint directory if shared, else its own run directory);
         save_checkpoint_steps: the chief's save interval in steps, if any.
         stall_timeout, unreachable_timeout: seconds (see tlc.watchdog; None:
-        no watchdog, the main job has its own)."""
+        no watchdog, the main job has its own). last_step: the global step
+        the run ends at (None: not known), see end()."""
         for name, value in (("stall_timeout", stall_timeout),
                             ("unreachable_timeout", unreachable_timeout)):
             if value is not None and not (isinstance(value, (int, float))
@@ -56,6 +58,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._checkpoint_dir = checkpoint_dir
         self._save_steps = save_checkpoint_steps
         self._timeouts = (stall_timeout, unreachable_timeout)
+        self._last_step = last_step
         self._watchdog = None
         self._step_servers = ()  # the parameter servers a training step runs on
         self._seen_version = 0  # newest model version this process has trained on
@@ -299,12 +302,23 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             # The chief's last checkpoint is at the last update: this
             # worker's last step's.
             self._save_shard(session, self._version)
-        # Wake workers still waiting for a token so that they can see the end.
-        if self._is_chief:
-            try:
+        # Wake the workers still waiting for a token so that they see the
+        # end: the chief's end, and any worker's once the run reached its
+        # last step. With backup workers the others can make the last rounds
+        # and end while the chief's own step still waits for a token, and no
+        # round follows. (Not a worker that ends before the last step: a
+        # worker restarted mid-run must leave the others in lock-step.)
+        try:
+            if self._is_chief or self._run_finished(session):
                 session.run(self._ops.release_tokens)
-            except tf.errors.OpError:
-                pass
+        except tf.errors.OpError:
+            pass
+
+    def _run_finished(self, session):
+        """Whether the global step has reached last_step (as StopAtStepHook
+        reads it: this worker's own last version may be a step behind)."""
+        return (self._last_step is not None
+                and session.run(self._shared.global_step) >= self._last_step)
 
 
 def _fetches_any(fetches, names):

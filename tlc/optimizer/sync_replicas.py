@@ -186,19 +186,23 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
 
     def make_session_run_hook(self, is_chief, num_tokens=-1, checkpoint_dir=None,
                               save_checkpoint_steps=None, stall_timeout=60.0,
-                              unreachable_timeout=600.0):
+                              unreachable_timeout=600.0, last_step=None):
         """TF's hook, and a watchdog: a parameter server that has not answered
         for stall_timeout seconds, or a step (or a session being re-created)
         waiting that long, is named on the console; after unreachable_timeout
         seconds the process gives up (exit 1). None: no watchdog.
         checkpoint_dir, save_checkpoint_steps: where this worker keeps its
-        push-memory shards and the chief's save interval (residuals.py)."""
+        push-memory shards and the chief's save interval (residuals.py).
+        last_step: the global step the run ends at (as StopAtStepHook's);
+        given, a worker whose session ends there releases a round's tokens
+        for those still waiting (the chief's end always does), so that with
+        backup workers a chief left waiting at the end sees it too."""
         # The pieces are looked up when the session begins: TF's hook may be
         # made before minimize().
         return SyncReplicasHook(lambda: self._built, is_chief, num_tokens,
                                 lambda: self.get_init_tokens_op(num_tokens),
                                 checkpoint_dir, save_checkpoint_steps,
-                                stall_timeout, unreachable_timeout)
+                                stall_timeout, unreachable_timeout, last_step)
 
     # What TF's recipes run (Supervisor, a plain Session), as TF names them.
     @property
