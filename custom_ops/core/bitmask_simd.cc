@@ -722,8 +722,8 @@ struct GolombListGeneric {
 
 #if TLC_X86_KERNELS
 struct GolombListAvx2 {
-  // Eight code words a step, joined in lanes to two Puts when each is at
-  // most 14 bits (four make at most 56).
+  // Eight code words a step, joined in lanes to one or two Puts when each
+  // is at most 14 bits (four make at most 56).
   TLC_AVX2 __attribute__((noinline)) static void Write(const int32_t* list, int count, int b,
                                                        BitWriter* w) {
     BitWriter out = *w;
@@ -763,10 +763,17 @@ struct GolombListAvx2 {
       const __m256i next_len = _mm256_shuffle_epi32(pair_len, _MM_SHUFFLE(1, 0, 3, 2));
       const __m256i four = _mm256_or_si256(_mm256_sllv_epi64(pair, next_len), next);
       const __m256i four_len = _mm256_add_epi64(pair_len, next_len);
-      out.Put(static_cast<uint64_t>(_mm256_extract_epi64(four, 0)),
-              _mm256_extract_epi32(four_len, 0));
-      out.Put(static_cast<uint64_t>(_mm256_extract_epi64(four, 2)),
-              _mm256_extract_epi32(four_len, 4));
+      // Both fours in one Put when they fit (usual for short words), else two.
+      const uint64_t first = static_cast<uint64_t>(_mm256_extract_epi64(four, 0));
+      const uint64_t second = static_cast<uint64_t>(_mm256_extract_epi64(four, 2));
+      const int head_len = _mm256_extract_epi32(four_len, 0);
+      const int tail_len = _mm256_extract_epi32(four_len, 4);
+      if (head_len + tail_len <= 56) {
+        out.Put((first << tail_len) | second, head_len + tail_len);
+      } else {
+        out.Put(first, head_len);
+        out.Put(second, tail_len);
+      }
       prev = list[i + 7];
     }
     PutEntries(list, i, count, b, &prev, out);
@@ -815,15 +822,15 @@ TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count
       }
       const int c = PopCount64(bits);
       const uint64_t word_signs = SignsOfWord<kFastPext>(bits, neg[word]);
-      stage_acc |= word_signs << stage_bits;
-      stage[stage_full] = stage_acc;
-      const bool fills = stage_bits + c >= 64;
-      stage_full += fills;
-      // The bits that did not fit (a select, not a branch).
+      // The word's signs after the pending ones; what does not fit starts the
+      // next word (a cmov: half the ops of a masked select).
+      const uint64_t joined = stage_acc | (word_signs << stage_bits);
       const uint64_t rest = (word_signs >> 1) >> (63 - stage_bits);
-      stage_acc = (rest & -static_cast<uint64_t>(fills)) |
-                  (stage_acc & (static_cast<uint64_t>(fills) - 1));
-      stage_bits = (stage_bits + c) & 63;
+      stage[stage_full] = joined;
+      const int total = stage_bits + c;
+      stage_full += total >> 6;
+      stage_acc = total >= 64 ? rest : joined;
+      stage_bits = total & 63;
       const int64_t offset = base - batch_base;
       int32_t* out = list + k;
       for (int j = 0; j < 8; ++j) {
