@@ -729,29 +729,28 @@ struct GolombListAvx2 {
     BitWriter out = *w;
     const __m128i shift_b = _mm_cvtsi32_si128(b);
     const __m256i low = _mm256_set1_epi32((1 << b) - 1);  // (b <= 13 here)
-    const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
+    const __m256i one = _mm256_set1_epi32(1);
     const __m256i len_base = _mm256_set1_epi32(1 + b);
     const __m256i max_len = _mm256_set1_epi32(14);
     const __m256i low32 = _mm256_set1_epi64x(0xFFFFFFFF);
-    const __m256i rotate = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
-    int32_t prev = -1;
+    const __m256i unary_end = _mm256_set1_epi32(2 << b);
     int i = 0;
     for (; i + 8 <= count; i += 8) {
       const __m256i pos = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(list + i));
-      // Each lane's previous position (prev in lane 0).
-      const __m256i before = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(pos, rotate),
-                                                _mm256_set1_epi32(prev), 0x01);
+      // Each lane's previous position: one load, as list[-1] = -1.
+      const __m256i before = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(list + i - 1));
       const __m256i v = _mm256_sub_epi32(_mm256_sub_epi32(pos, before), one);
       const __m256i q = _mm256_srl_epi32(v, shift_b);
       const __m256i len = _mm256_add_epi32(q, len_base);
       const __m256i too_long = _mm256_cmpgt_epi32(len, max_len);
       if (__builtin_expect(!_mm256_testz_si256(too_long, too_long), 0)) {
+        int32_t prev = list[i - 1];
         PutEntries(list, i, i + 8, b, &prev, out);
         continue;
       }
-      const __m256i code = _mm256_or_si256(
-          _mm256_sll_epi32(_mm256_sub_epi32(_mm256_sllv_epi32(two, q), two), shift_b),
-          _mm256_and_si256(v, low));
+      // q ones, a zero, r: 2^len - 2^(b+1) + r.
+      const __m256i code = _mm256_add_epi32(
+          _mm256_sub_epi32(_mm256_sllv_epi32(one, len), unary_end), _mm256_and_si256(v, low));
       // Each 64-bit lane: its first code word, then its second.
       const __m256i second_len = _mm256_srli_epi64(len, 32);
       const __m256i pair = _mm256_or_si256(
@@ -774,8 +773,8 @@ struct GolombListAvx2 {
         out.Put(first, head_len);
         out.Put(second, tail_len);
       }
-      prev = list[i + 7];
     }
+    int32_t prev = list[i - 1];
     PutEntries(list, i, count, b, &prev, out);
     *w = out;
   }
@@ -792,30 +791,41 @@ TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count
   uint64_t stage[kListBatchWords];
   uint64_t stage_acc = 0;
   int stage_bits = 0, stage_full = 0;  // pending bits (< 64), words filled
-  int32_t list[kListBatch + 64];
+  // list[-1] = -1: the position before a batch's first (GolombListAvx2
+  // loads each entry's predecessor from there).
+  int32_t list_mem[1 + kListBatch + 64];
+  list_mem[0] = -1;
+  int32_t* const list = list_mem + 1;
   int k = 0;               // entries listed
   int64_t batch_base = 0;  // one past the non-zero before the batch
   for (int64_t s = 0; s < count; ++s) {
     const SliceBits& sl = slices[s];
     const uint64_t *nz = sl.nz(), *neg = sl.neg();
     const int64_t words = (sl.end - sl.begin + 63) >> 6;
+    // The word's first position relative to batch_base, kept up to date
+    // (fewer live registers than recomputing it from the slice).
+    int64_t offset = sl.begin - 64 - batch_base;
     for (int64_t word = 0; word < words; ++word) {
+      offset += 64;
       uint64_t bits = nz[word];
       if (bits == 0) continue;
-      const int64_t base = sl.begin + (word << 6);
-      if (__builtin_expect(k >= kListBatch || base - batch_base > kMaxListedSpan, 0)) {
+      if (__builtin_expect(k >= kListBatch || offset > kMaxListedSpan, 0)) {
         List::Write(list, k, b, &w);
         DrainSigns(stage, stage_full, stage_acc, stage_bits, sg);
         stage_acc = 0;
         stage_bits = stage_full = 0;
-        if (k > 0) batch_base += list[k - 1] + 1;
+        if (k > 0) {
+          batch_base += list[k - 1] + 1;
+          offset -= list[k - 1] + 1;
+        }
         k = 0;
-        if (base - batch_base > kMaxListedSpan) {
+        if (offset > kMaxListedSpan) {
           // Too far for the list: its first code word and sign go out here.
           const int t = Ctz64(bits);
-          PutGolombCode(w, static_cast<uint64_t>(base + t - batch_base), b);
+          PutGolombCode(w, static_cast<uint64_t>(offset + t), b);
           sg.Put((neg[word] >> t) & 1, 1);
-          batch_base = base + t + 1;
+          batch_base += offset + t + 1;
+          offset = -t - 1;
           bits &= bits - 1;
           if (bits == 0) continue;
         }
@@ -831,7 +841,6 @@ TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count
       stage_full += total >> 6;
       stage_acc = total >= 64 ? rest : joined;
       stage_bits = total & 63;
-      const int64_t offset = base - batch_base;
       int32_t* out = list + k;
       for (int j = 0; j < 8; ++j) {
         out[j] = static_cast<int32_t>(offset + TrailingZerosOr<kBmi>(bits));
