@@ -4,7 +4,9 @@ the format (tests/format_reference.py): every b in 0..31, the portable and the A
 and without PEXT), and
 the edges of the encoder's fast path (mask words with 0, 1, 8, 9 or 64 non-zeros, positions 63,
 64 and 65, sign counts not a multiple of 8, n not a multiple of 64, slices not starting on a
-word, lists flushed mid-stream, code words longer than 56 bits, and gaps past 2^30)."""
+word, lists flushed mid-stream, code words longer than 56 bits, and gaps past 2^30), and of its
+later shortcuts (eight code words in one Put when they fit in 56 bits; empty mask words listed
+without a branch at b <= 6)."""
 import os
 import shutil
 import subprocess
