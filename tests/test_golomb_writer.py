@@ -4,7 +4,9 @@ the format (tests/format_reference.py): every b in 0..31, the portable and the A
 and without PEXT), and
 the edges of the encoder's fast path (mask words with 0, 1, 8, 9 or 64 non-zeros, positions 63,
 64 and 65, sign counts not a multiple of 8, n not a multiple of 64, slices not starting on a
-word, lists flushed mid-stream, code words longer than 56 bits, and gaps past 2^30)."""
+word, lists flushed mid-stream, code words longer than 56 bits, and gaps past 2^30), and of its
+later shortcuts (eight code words in one Put when they fit in 56 bits; empty mask words listed
+without a branch at b <= 6)."""
 import os
 import shutil
 import subprocess
@@ -139,3 +141,95 @@ def test_gaps_past_two_to_the_thirty(driver):
     positions = [5, 6, (1 << 30) + 1000, (1 << 30) + 1001, (1 << 30) + 1070, n - 1]
     negative = [True, False, True, True, False, True]
     check(driver, [(n, b, [640], positions, negative) for b in (22, 31)])
+
+
+
+def _groups_of_eight(rng, b, totals):
+    """Gaps of code words (each 1 + b to 14 bits long) in runs of eight with those total
+    lengths."""
+    gaps = []
+    for total in totals:
+        lengths = [1 + b] * 8
+        extra = total - 8 * (1 + b)
+        for i in rng.permutation(8):
+            add = min(extra, 14 - lengths[i])
+            lengths[i] += add
+            extra -= add
+        assert extra == 0
+        gaps += [((length - 1 - b) << b) + int(rng.integers(0, 1 << b)) for length in lengths]
+    return gaps
+
+
+def _positions_of_gaps(gaps, start=0):
+    return (np.cumsum(np.asarray(gaps, np.int64) + 1) - 1 + start).tolist()
+
+
+@pytest.mark.parametrize("b", [0, 1, 2, 3, 4, 5, 6, 7])
+def test_eight_code_words_joined_or_not(driver, b):
+    """The AVX2 writer puts eight code words of at most 14 bits at once when they make at most
+    56 bits and in two Puts otherwise: runs of eight of 55, 56, 57 and more bits, at the start
+    of a batch and after a longer code word."""
+    rng = np.random.default_rng(200 + b)
+    totals = [t for t in (55, 56, 57, 56, 64, 55, 57, 100, 56) if 8 * (1 + b) <= t <= 8 * 14]
+    cases = []
+    for lead in ([], [40 << b], [3]):  # runs from entry 0, and shifted by one entry
+        gaps = lead + _groups_of_eight(rng, b, totals) + [0, 1]
+        positions = _positions_of_gaps(gaps, start=0)
+        negative = (rng.random(len(positions)) < 0.5).tolist()
+        cases.append((positions[-1] + 1 + int(rng.integers(0, 70)), b, [], positions, negative))
+    check(driver, cases)
+
+
+@pytest.mark.parametrize("b", [2, 3, 5, 6, 7, 8])
+def test_empty_words_between_batches(driver, b):
+    """Empty mask words are listed without a branch at b <= 6 and skipped at b >= 7: stretches
+    of empty words right after a full batch of 2048 entries (one short, one over), at the
+    start, between slices, and words with 9 to 16 and more non-zeros after them."""
+    rng = np.random.default_rng(300 + b)
+    cases = []
+    for listed in (2047, 2048, 2049, 4096):
+        dense = list(range(0, 2 * listed, 2))  # a batch's worth of entries, then silence
+        tail = [dense[-1] + 64 * 20 + 5 + i for i in (0, 1, 3, 64 * 7)]
+        burst = (tail[-1] + 64 * 9 + np.sort(rng.choice(64, int(rng.integers(9, 24)),
+                                                        replace=False))).tolist()
+        positions = [p + 64 * 3 for p in dense + tail + burst]
+        n = positions[-1] + 64 * 5 + 17
+        negative = (rng.random(len(positions)) < 0.5).tolist()
+        cases.append((n, b, [640, positions[len(dense) + 1] // 5 * 5], positions, negative))
+    n = 50_000
+    q = rng.random(n) < 2.0 ** -b
+    for start in rng.integers(0, n - 4000, 5):
+        q[start:start + int(rng.integers(64, 4000))] = False
+    positions = np.flatnonzero(q).tolist()
+    cases.append((n, b, [5000, 5005, 31_000], positions, (rng.random(len(positions)) < 0.5).tolist()))
+    check(driver, cases)
+
+
+def _golomb_bytes(positions, b):
+    """The Golomb-Rice code of positions, built as one integer (for unary parts far too long
+    for the bit lists of format_reference)."""
+    value, bits, prev = 0, 0, -1
+    for p in positions:
+        gap = p - prev - 1
+        q, r = gap >> b, gap & ((1 << b) - 1)
+        value = (((value << q) | ((1 << q) - 1)) << (1 + b)) | r
+        bits += q + 1 + b
+        prev = p
+    pad = -bits % 8
+    value = (value << pad) | ((1 << pad) - 1)
+    return value.to_bytes((bits + pad) // 8, "big")
+
+
+def test_gaps_past_two_to_the_thirty_at_small_b(driver):
+    """As test_gaps_past_two_to_the_thirty at b = 6, where empty words are listed rather than
+    skipped (a 2^24-bit unary part, hence the integer-built expected code)."""
+    rng = np.random.default_rng(11)
+    small = sorted(rng.choice(5000, 40, replace=False).tolist())
+    assert _golomb_bytes(small, 6) == bytes(ref.golomb_encode(np.asarray(small, np.int64), 6))
+    n = (1 << 30) + (1 << 21)
+    positions = [5, 6, (1 << 30) + 1000, (1 << 30) + 1001, (1 << 30) + 1070, n - 1]
+    negative = [True, False, True, True, False, True]
+    want = f"{bytes(np.packbits(np.asarray(negative, np.uint8))).hex()} " \
+           f"{_golomb_bytes(positions, 6).hex()}"
+    for env in ENVS:
+        assert run(driver, [(n, 6, [640], positions, negative)], env) == [want], env
