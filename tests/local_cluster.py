@@ -5,12 +5,27 @@ import socket
 import tensorflow as tf
 
 import tlc.ops  # noqa: F401  (the kernels, for the in-process parameter servers)
+from tlc import replica
 
 
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def worker_graph_with_model(worker_id, initial):
+    """A new graph for /job:worker/task:<worker_id> holding the global step
+    and one variable per (name, initial numpy value) in `initial` on
+    /job:ps/task:0, each with a local copy on the worker. Returns (graph,
+    worker device, global step, [variables])."""
+    graph = tf.Graph()
+    worker = f"/job:worker/task:{worker_id}"
+    with graph.as_default(), replica.local_copies(worker):
+        with tf.compat.v1.device("/job:ps/task:0"):
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+            variables = [tf.Variable(value, name=name) for name, value in initial]
+    return graph, worker, global_step, variables
 
 
 def create_local_cluster(num_workers, num_ps):

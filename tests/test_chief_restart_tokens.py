@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from local_cluster import create_local_cluster
-from tlc import Float32, SyncReplicasOptimizer, replica
+from local_cluster import create_local_cluster, worker_graph_with_model
+from tlc import Float32, SyncReplicasOptimizer
 from tlc.session import training_session
 
 pytestmark = pytest.mark.cluster
@@ -27,14 +27,9 @@ WORKER_0_GRADIENT = {"v0": 0.1, "v1": 0.5}
 
 
 def build_worker(worker_id):
-    graph = tf.Graph()
-    worker = f"/job:worker/task:{worker_id}"
+    graph, worker, global_step, (var_0, var_1) = worker_graph_with_model(
+        worker_id, [("v0", np.zeros(2000, np.float32)), ("v1", np.ones(3, np.float32))])
     with graph.as_default():
-        with replica.local_copies(worker):
-            with tf.compat.v1.device("/job:ps/task:0"):
-                global_step = tf.compat.v1.train.get_or_create_global_step()
-                var_0 = tf.Variable(tf.zeros([2000]), name="v0")
-                var_1 = tf.Variable(tf.ones([3]), name="v1")
         with tf.compat.v1.device(worker):
             grads = [tf.fill([2000], WORKER_0_GRADIENT["v0"] + worker_id),
                      tf.fill([3], WORKER_0_GRADIENT["v1"] + worker_id)]

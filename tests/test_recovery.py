@@ -14,21 +14,29 @@ def log_text(cluster, name):
         return f.read()
 
 
-def test_ps_killed_without_checkpoint_recovers_from_the_chief_copy(tmp_path):
-    steps = 300
-    c = TaskCluster(tmp_path, 2, BASE_FLAGS + [f"--steps={steps}"])
+def restarted_and_finished(c, task, at_step):
+    """Starts the cluster, kills `task` (job, index) once the chief printed
+    `at_step`, restarts it, and waits for both workers to finish (exit 0).
+    Returns the chief's step when the task was killed."""
     c.start()
     try:
         with c.logs_on_failure():
-            wait_for(lambda: chief_step(c.logdir) >= 100, 900, "step 100")
-            c.kill("ps", 0)
+            wait_for(lambda: chief_step(c.logdir) >= at_step, 900, f"step {at_step}")
+            c.kill(*task)
             killed_at = chief_step(c.logdir)
-            c.restart("ps", 0)
+            c.restart(*task)
             for index in range(2):
                 assert c.launcher.procs[("worker", index)].wait(timeout=900) == 0, \
                     log_text(c, f"worker{index}")[-3000:]
     finally:
         c.launcher.stop()
+    return killed_at
+
+
+def test_ps_killed_without_checkpoint_recovers_from_the_chief_copy(tmp_path):
+    steps = 300
+    c = TaskCluster(tmp_path, 2, BASE_FLAGS + [f"--steps={steps}"])
+    killed_at = restarted_and_finished(c, ("ps", 0), at_step=100)
     chief_log = log_text(c, "worker0")
     restored = re.search(r"model restored at step (\d+) from the chief's local copy", chief_log)
     assert restored, chief_log[-3000:]
@@ -77,18 +85,7 @@ def test_restarted_chief_keeps_the_model_a_live_ps_holds(tmp_path):
     # Without a checkpoint newer than step 0, a restarted chief used to
     # initialise the model afresh on the live PS.
     c = TaskCluster(tmp_path, 2, BASE_FLAGS + ["--steps=150"])
-    c.start()
-    try:
-        with c.logs_on_failure():
-            wait_for(lambda: chief_step(c.logdir) >= 30, 900, "step 30")
-            c.kill("worker", 0)
-            killed_at = chief_step(c.logdir)
-            c.restart("worker", 0)
-            for index in range(2):
-                assert c.launcher.procs[("worker", index)].wait(timeout=900) == 0, \
-                    log_text(c, f"worker{index}")[-3000:]
-    finally:
-        c.launcher.stop()
+    killed_at = restarted_and_finished(c, ("worker", 0), at_step=30)
     chief = c.report(0)
     assert chief["first_step"] >= killed_at
     assert chief["global_step"] == 150

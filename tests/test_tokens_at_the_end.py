@@ -13,11 +13,12 @@ worker checks that the others stay in lock-step with TF's optimizer."""
 import threading
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
-from local_cluster import create_local_cluster
-from tlc import Float32, SyncReplicasOptimizer, replica
+from local_cluster import create_local_cluster, worker_graph_with_model
+from tlc import Float32, SyncReplicasOptimizer
 from tlc.session import training_session
 
 pytestmark = pytest.mark.cluster
@@ -28,13 +29,9 @@ TOKENS_PER_ROUND = NUM_WORKERS
 
 
 def build_worker(worker_id):
-    graph = tf.Graph()
-    worker = f"/job:worker/task:{worker_id}"
+    graph, worker, global_step, (var,) = worker_graph_with_model(
+        worker_id, [("v", np.zeros(100, np.float32))])
     with graph.as_default():
-        with replica.local_copies(worker):
-            with tf.compat.v1.device("/job:ps/task:0"):
-                global_step = tf.compat.v1.train.get_or_create_global_step()
-                var = tf.Variable(tf.zeros([100]), name="v")
         with tf.compat.v1.device(worker):
             opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1),
                                         AGGREGATED, NUM_WORKERS, compressor=Float32())
