@@ -109,3 +109,11 @@ def test_a_worker_waiting_for_a_token_when_the_others_end_gets_one():
         if other is not None:
             other.close()
         chief.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "100", True])
+def test_last_step_that_is_no_global_step_is_refused_naming_it(bad):
+    opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), 1, 1)
+    with pytest.raises(ValueError, match=r"^make_session_run_hook: last_step must be a global "
+                                         r"step \(an integer >= 0\) or None, got "):
+        opt.make_session_run_hook(True, last_step=bad)

@@ -5,6 +5,7 @@ memory in its shards (residuals.py), gives the session its init op
 (tlc.watchdog). It uses only the pieces it is given (startup.SessionOps,
 full_sync.FullSync, recovery.Recovery)."""
 import math
+import numbers
 import os
 import threading
 import time
@@ -51,6 +52,11 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
                                           and math.isfinite(value) and value > 0):
                 raise ValueError(f"make_session_run_hook: {name} must be a finite number of "
                                  f"seconds > 0 (or None), got {value!r}")
+        if last_step is not None and (isinstance(last_step, bool)
+                                      or not isinstance(last_step, numbers.Integral)
+                                      or last_step < 0):
+            raise ValueError(f"make_session_run_hook: last_step must be a global step "
+                             f"(an integer >= 0) or None, got {last_step!r}")
         self._built = built
         self._is_chief = is_chief
         self._num_tokens = num_tokens
