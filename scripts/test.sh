@@ -5,6 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(bash scripts/setup.sh)
+# A full disk fails tests far from its cause ("No space left on device" in a
+# checkpoint): say so first. A green run keeps nothing (pytest.ini).
+tmp=${TMPDIR:-/tmp}
+free_mb=$(df -Pm "$tmp" | awk 'NR == 2 {print $4}')
+if [ "${free_mb:-0}" -lt 3000 ]; then
+  echo "test: only ${free_mb} MB free in $tmp; the suite needs ~3 GB there at its peak" >&2
+fi
 PYTEST=("$PY" -m pytest -q -ra --durations=25)
 if [ $# -gt 0 ]; then
   exec "${PYTEST[@]}" "$@"

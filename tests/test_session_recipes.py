@@ -88,12 +88,12 @@ def run_tasks(tasks, first):
 
 @pytest.mark.parametrize("recipe", ["supervisor", "session"])
 @pytest.mark.parametrize("optimizer", ["tf", "tlc"])
-def test_mnist_replica_trains_and_exits(optimizer, recipe):
+def test_mnist_replica_trains_and_exits(optimizer, recipe, tmp_path):
     ports = free_ports(3)
     hosts = [f"--ps_hosts=127.0.0.1:{ports[0]}",
              f"--worker_hosts=127.0.0.1:{ports[1]},127.0.0.1:{ports[2]}"]
     common = hosts + [f"--optimizer={optimizer}", f"--recipe={recipe}",
-                      f"--train_steps={TRAIN_STEPS}"]
+                      f"--train_steps={TRAIN_STEPS}", f"--train_dir={tmp_path}"]
     output, exited = run_tasks({
         (job, index): common + [f"--job_name={job}", f"--task_index={index}"]
         for job, index in (("ps", 0), ("worker", 0), ("worker", 1))},
