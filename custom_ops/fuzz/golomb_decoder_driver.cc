@@ -86,7 +86,9 @@ int main(int argc, char** argv) {
         if (words != 0) n = positions[rng() % words] + static_cast<int64_t>(rng() % 2);
         break;
       case 6:  // bytes appended
-        for (int k = 1 + static_cast<int>(rng() % 20); k > 0; --k) code.push_back(static_cast<uint8_t>(rng()));
+        for (int k = 1 + static_cast<int>(rng() % 20); k > 0; --k) {
+          code.push_back(static_cast<uint8_t>(rng()));
+        }
         break;
       case 7:  // all ones (one endless run) or all zeros (more words than counted)
         std::fill(code.begin(), code.end(), (rng() & 1) ? 0xFF : 0x00);
