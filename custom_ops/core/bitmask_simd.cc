@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstddef>
 #include <cstring>
 
 #include "zero_run.h"
@@ -344,6 +345,16 @@ bool FastPext() {
     return family >= 0x19;
   }();
   return fast;
+}
+
+// Whether DecodeGolombToBits may take the byte decoder (GolombBytePass):
+// TLC_CODEC_GOLOMB_BYTES=0 turns it off (the tests compare both ways).
+bool GolombBytesEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("TLC_CODEC_GOLOMB_BYTES");
+    return v == nullptr || v[0] == '\0' || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
 }
 
 // Blocks up to this many values have their sums x + e kept in L1 between
@@ -1042,6 +1053,14 @@ TLC_ALWAYS_INLINE int64_t GapOfWord(uint64_t inv, int ones, int need, uint64_t s
   return static_cast<int64_t>((static_cast<uint64_t>(ones) + 2) * step - (inv >> (64 - need)));
 }
 
+// Where a decode starts: `i` words already decoded, the next at stream bit
+// `at`, the last position `prev` (GolombBytePass hands its part over so).
+struct GolombStart {
+  uint64_t i = 0;
+  int64_t at = 0;
+  int64_t prev = -1;
+};
+
 #if TLC_X86_KERNELS
 // MaskMarker's job through an 8-byte window of each mask (x86 only: the
 // masks' bytes in little-endian order hold positions 8k .. 8k + 7 in byte
@@ -1058,6 +1077,21 @@ struct WindowMarker {
 
   // Positions below this one have their window inside the masks.
   int64_t InsideEnd() const { return 8 * last_start + 8; }
+
+  // Takes over masks marked up to position prev (below InsideEnd(), or -1
+  // for none) by another pass: the window at prev's byte, as the masks hold
+  // it up to prev. (Bits they hold past prev are of words that the caller
+  // decodes and marks again: the window leaves them out, as it would have
+  // had them not been marked yet.)
+  void Resume(int64_t prev) {
+    if (prev < 0) return;
+    start = prev >> 3;
+    const uint64_t keep = (uint64_t{2} << (prev & 7)) - 1;
+    std::memcpy(&win_nz, nz + start, sizeof(win_nz));
+    std::memcpy(&win_neg, neg + start, sizeof(win_neg));
+    win_nz &= keep;
+    win_neg &= keep;
+  }
 
   // Marks the positions first + j for the bits j of pat (below 2^56;
   // neg_pat: the negative ones), after every position marked so far, all
@@ -1219,6 +1253,341 @@ TLC_ALWAYS_INLINE int TableRound(const uint64_t* table, WindowMarker& marker, ui
   }
   return Ctz64(signs);
 }
+
+// The byte decoder (x86 with a fast PDEP, b <= kByteMaxB, at most 2 bytes
+// a word: UseGolombBytes): the stream read a byte at a time as a state
+// machine, so that no chain of lookups through the bit position bounds the
+// decode. At a byte boundary the decoder is in one of b + 1 states: 0 in a
+// word's run of ones (or at its start), k with k of its b remainder bits
+// still to read. Positions are followed as a cursor, where the current
+// word would end if its remaining bits were zeros: each one of the run
+// adds 2^b, a remainder bit its weight, and a word ends at the cursor (its
+// position), which then moves one past it. So what a byte does from a
+// state (the words it ends, relative to the cursor; how far it moves the
+// cursor; the state it leaves) depends on nothing else: table entries. The
+// only chain from byte to byte is the state (a shift and a mask); a byte's
+// entries, its marks (an 8-byte window of nz, as in WindowMarker) and the
+// cursor hang off it. neg is filled behind, from nz and the sign bits
+// (NegFiller, PDEP). The pass runs in blocks that certainly end before the
+// count's last word (a word takes b + 1 bits or more; the words decoded
+// are counted from nz between blocks), with every group of 8 bytes
+// starting far enough below the limit (min(n, WindowMarker::InsideEnd()))
+// that its marks stay below it; then it hands over to the word-by-word
+// decoder at the last group boundary that began a word. Every word it
+// marked is a whole word inside the stream, one of the first `count`, at a
+// position below n: the usual decoder decodes and marks again those past
+// the hand-over, and they can fail none of its checks, so its outputs and
+// errors are those it gives alone. (AMD Zen 5, the Student-t dump, b = 3,
+// 1.6 words a byte: ~4 cycles a byte, 2.3 against 3.7 ms.)
+constexpr int kByteMaxB = 3;
+constexpr int kByteGroup = 8;  // bytes per check of the bounds (one snapshot each)
+// The state register holds kStateStride * t for state t (t = 0: in a run
+// of ones, or at a word's start; 1 .. b: that many remainder bits to read):
+// the byte offset of state t's part of the pattern and move tables, and,
+// its low 6 bits being 16 * t, the shift to state t's 16-bit field of next.
+constexpr int kStateStride = 2048 + 16;
+constexpr int kStates = kByteMaxB + 1;
+
+struct GolombByteTable {
+  // next[v]: bits 16t .. 16t + 12 hold kStateStride * (the state after byte
+  // v from state t), bit 16t + 15 is set when its last bit ends a word.
+  uint64_t next[256];
+  // At byte offset kStateStride * t + 8 * v: byte v from state t. pat: bit
+  // j set when it ends a word at the cursor (on entry) + j; move: how far it
+  // moves the cursor.
+  uint64_t pat[kStateStride * kStates / 8];
+  uint64_t move[kStateStride * kStates / 8];
+  bool fits;      // every move at most 64, every mark below 56 (so b <= 3)
+};
+
+GolombByteTable BuildGolombByteTable(int b) {
+  GolombByteTable t = {};
+  t.fits = true;
+  for (int v = 0; v < 256; ++v) {
+    for (int from = 0; from <= b; ++from) {
+      int left = from;      // remainder bits to read (0: in the run of ones)
+      bool ended = false;  // by the byte's last bit
+      int64_t cursor = 0;
+      uint64_t pat = 0;
+      for (int bit = 7; bit >= 0; --bit) {
+        const int one = (v >> bit) & 1;
+        ended = false;
+        if (left == 0) {  // the run of ones
+          if (one) {
+            cursor += int64_t{1} << b;
+          } else if (b == 0) {
+            ended = true;
+          } else {
+            left = b;
+          }
+        } else {  // a remainder bit of weight 2^(left - 1)
+          cursor += int64_t{one} << (left - 1);
+          ended = --left == 0;
+        }
+        if (ended) {
+          if (cursor >= 56) t.fits = false;
+          else pat |= uint64_t{1} << cursor;
+          ++cursor;
+        }
+      }
+      if (cursor > 64) t.fits = false;  // (a window moves at most 8 bytes)
+      t.pat[(kStateStride * from) / 8 + v] = pat;
+      t.move[(kStateStride * from) / 8 + v] = static_cast<uint64_t>(cursor);
+      const uint64_t field = static_cast<uint64_t>(kStateStride * left) | (ended ? 0x8000 : 0);
+      t.next[v] |= field << (16 * from);
+    }
+  }
+  return t;
+}
+
+struct GolombByteTables {
+  GolombByteTable t[kByteMaxB + 1];
+  GolombByteTables() {
+    for (int b = 0; b <= kByteMaxB; ++b) t[b] = BuildGolombByteTable(b);
+  }
+};
+
+const GolombByteTable& GolombBytes(int b) {
+  static const GolombByteTables tables;  // (built once, 4 x 18 KiB)
+  return tables.t[b];
+}
+
+// The byte decoder pays when its bytes hold enough words: b <= 3 and at
+// most 2 bytes a word. A stream coded with b* takes ~(b + 2) / 8 bytes a
+// word; the byte decoder costs about the same per byte whatever they hold,
+// the word-by-word decoders more per word the longer its run of ones. (AMD
+// Zen 5, 32 Mi i.i.d. positions, b as GolombBstar picks it, ns per word
+// new / old: p = 0.9 0.19/0.33, 0.5 0.32/0.48, 0.3 0.47/0.71, 0.15
+// 0.63/1.05, 0.1 0.74/1.26, 0.06 0.95/1.82; b forced, this limit lifted:
+// 2.7 bytes a word (b = 3, p = 0.007) 4.3/5.7, 4 bytes (b = 0, p = 0.03)
+// 9.9/9.1.)
+// And streams of 144 bytes or more: its setup costs 20-40 ns a call, which
+// shorter ones do not earn back (b = 3, p = 0.08, us a call, new / old: 54
+// bytes 0.19/0.15, 131 bytes 0.34/0.33, 155 bytes 0.31/0.39, 256 bytes
+// 0.44/0.59).
+constexpr int64_t kByteMinLen = 144;
+bool UseGolombBytes(int b, uint64_t count, int64_t len) {
+  if (b > kByteMaxB || len < kByteMinLen) return false;
+  if (!FastPext() || !GolombBytesEnabled() || !GolombBytes(b).fits) return false;
+  return static_cast<uint64_t>(len) <= 2 * count + 64;
+}
+
+// The neg mask from nz and the sign bits: word w's k-th set bit takes the
+// sign of the (rank + k)-th non-zero, rank the set bits below word w. The
+// sign bytes are read with their bits reversed (the first sign in bit 0,
+// as DepositBits takes them), a chunk at a time.
+struct NegFiller {
+  static constexpr int64_t kChunk = 4096;
+  const uint8_t* signs;
+  int64_t sign_bytes;
+  const uint64_t* nz;
+  uint64_t* neg;
+  int64_t word = 0;   // the next word to fill
+  uint64_t rank = 0;  // set bits of nz below it
+  int64_t chunk = -kChunk;  // rbuf holds sign bytes [chunk, chunk + kChunk + 16)
+  alignas(64) uint8_t rbuf[kChunk + 16];
+
+  void Load(int64_t at) {
+    chunk = at;
+    // The bytes of the signs there and 16 past them (all UpTo reads): a
+    // small payload's call loads a few.
+    const int64_t end = std::min(kChunk + 16, std::max<int64_t>(sign_bytes - at, 0) + 16);
+    for (int64_t x = 0; x < end; x += 8) {
+      uint64_t v = 0;
+      const int64_t have = sign_bytes - (at + x);
+      if (have >= 8) {
+        std::memcpy(&v, signs + at + x, sizeof(v));
+      } else {
+        for (int64_t y = 0; y < have; ++y) v |= static_cast<uint64_t>(signs[at + x + y]) << (8 * y);
+      }
+      // Each byte's bits reversed.
+      v = (v >> 4 & 0x0F0F0F0F0F0F0F0FULL) | (v & 0x0F0F0F0F0F0F0F0FULL) << 4;
+      v = (v >> 2 & 0x3333333333333333ULL) | (v & 0x3333333333333333ULL) << 2;
+      v = (v >> 1 & 0x5555555555555555ULL) | (v & 0x5555555555555555ULL) << 1;
+      std::memcpy(rbuf + x, &v, sizeof(v));
+    }
+  }
+
+  // The 64 sign bits from sign r (base: rbuf - chunk).
+  static TLC_ALWAYS_INLINE uint64_t SignsFrom(const uint8_t* base, uint64_t r) {
+    const uint8_t* const p = base + (r >> 3);
+    uint64_t lo, hi;
+    std::memcpy(&lo, p, sizeof(lo));
+    std::memcpy(&hi, p + 8, sizeof(hi));
+    // (SHRD: lo >> (r & 7), with hi's low bits above.)
+    __asm__("shrdq %%cl, %1, %0" : "+r"(lo) : "r"(hi), "c"(r & 7) : "cc");
+    return lo;
+  }
+
+  // Fills the words below `end`: in runs whose sign bits lie in the chunk.
+  TLC_ALWAYS_INLINE void UpTo(int64_t end) {
+    while (word < end) {
+      int64_t at = static_cast<int64_t>(rank >> 3) - chunk;
+      if (at > kChunk - 8 * 8) {  // fewer than 8 words' worth of the chunk left
+        Load(static_cast<int64_t>(rank >> 3));
+        at = 0;
+      }
+      // Each word takes at most 8 sign bytes.
+      const int64_t run_end = std::min(end, word + (kChunk - at) / 8);
+      const uint8_t* const base = rbuf - chunk;
+      uint64_t r = rank;
+      int64_t w = word;
+      // Four words at a time from one load of 57 sign bits, when they take
+      // no more (most words are sparse), else one at a time.
+      for (; w + 4 <= run_end; w += 4) {
+        uint64_t m[4];
+        std::memcpy(m, nz + w, sizeof(m));
+        const int c0 = PopCount64(m[0]), c1 = PopCount64(m[1]), c2 = PopCount64(m[2]),
+                  c3 = PopCount64(m[3]);
+        if (__builtin_expect(c0 + c1 + c2 + c3 > 57, 0)) {
+          for (int j = 0; j < 4; ++j) {
+            neg[w + j] = DepositBits(SignsFrom(base, r), m[j]);
+            r += static_cast<uint64_t>(PopCount64(m[j]));
+          }
+          continue;
+        }
+        uint64_t bits;
+        std::memcpy(&bits, base + (r >> 3), sizeof(bits));
+        bits >>= r & 7;
+        neg[w] = DepositBits(bits, m[0]);
+        bits >>= c0;
+        neg[w + 1] = DepositBits(bits, m[1]);
+        bits >>= c1;
+        neg[w + 2] = DepositBits(bits, m[2]);
+        neg[w + 3] = DepositBits(bits >> c2, m[3]);
+        r += static_cast<uint64_t>(c0 + c1 + c2 + c3);
+      }
+      for (; w < run_end; ++w) {
+        neg[w] = DepositBits(SignsFrom(base, r), nz[w]);
+        r += static_cast<uint64_t>(PopCount64(nz[w]));
+      }
+      rank = r;
+      word = w;
+    }
+  }
+};
+
+// The byte decoder's registers between blocks of groups.
+struct BytePassState {
+  int64_t k = 0;       // the next byte
+  int64_t cursor = 0;  // at byte k
+  int64_t start = 0;   // the nz window: bytes [start, start + 8)
+  uint64_t state = 0;  // at byte k (kStateStride * t)
+  uint64_t win = 0;
+  bool at_word = true;  // byte k starts a word
+};
+
+// Groups of bytes [st.k, k_end) (a multiple of kByteGroup apart), while the
+// cursor at a group's start is at most cursor_end. snap[1] is left at the
+// last group boundary (the end included) that began a word, as {byte,
+// cursor}.
+TLC_ALWAYS_INLINE void ByteGroups(const uint8_t* code, int64_t k_end, int64_t cursor_end,
+                                  const GolombByteTable& table, uint8_t* nz, BytePassState& st,
+                                  int64_t (*snap)[2]) {
+  // (One base for the three tables, each byte's entries addressed as
+  // base + state + 8 * byte, and the cursor biased by 8 * nz so that
+  // cursor >> 3 is its byte's address: no register or op to spare.)
+  const uint8_t* const base = reinterpret_cast<const uint8_t*>(table.pat);
+  constexpr int64_t kNext = static_cast<int64_t>(offsetof(GolombByteTable, next)) -
+                            static_cast<int64_t>(offsetof(GolombByteTable, pat));
+  constexpr int64_t kMove = static_cast<int64_t>(offsetof(GolombByteTable, move)) -
+                            static_cast<int64_t>(offsetof(GolombByteTable, pat));
+  const uintptr_t bias = 8 * reinterpret_cast<uintptr_t>(nz);
+  const uint8_t* p = code + st.k;
+  const uint8_t* const p_end = code + k_end;
+  uintptr_t cursor = st.cursor + bias, start = st.start + (bias >> 3);
+  const uintptr_t biased_end = cursor_end + bias;
+  uint64_t state = st.state, win = st.win;
+  bool at_word = st.at_word;
+  while (p < p_end && cursor <= biased_end) {
+    // A group start at the start of a word is where the usual decoder can
+    // take over. (A store, not a branch: it is random.)
+    int64_t* const slot = snap[at_word];
+    slot[0] = p - code;
+    slot[1] = static_cast<int64_t>(cursor - bias);
+    uint64_t field = 0;
+#pragma GCC unroll 8
+    for (int g = 0; g < kByteGroup; ++g) {
+      const uint64_t v8 = 8 * uint64_t{p[g]};
+      uint64_t pat, move, next;
+      std::memcpy(&pat, base + state + v8, sizeof(pat));
+      std::memcpy(&move, base + kMove + state + v8, sizeof(move));
+      std::memcpy(&next, base + kNext + v8, sizeof(next));
+      field = next >> (state & 63);  // (SHRX: the count's low 6 bits, 16 * t)
+      state = field & 0x1FFF;
+      const uintptr_t to = cursor >> 3;
+      const uint64_t moved = to - start;  // at most 8 (a byte moves the cursor <= 64)
+      // The window moves by `moved` bytes: two shifts, as 8 bytes shift it
+      // out whole (one SHRX by 64 would leave it).
+      win = ((win >> (4 * moved)) >> (4 * moved)) | pat << (cursor & 7);
+      std::memcpy(reinterpret_cast<uint8_t*>(to), &win, sizeof(win));
+      start = to;
+      cursor += move;
+    }
+    at_word = (field & 0x8000) != 0;
+    p += kByteGroup;
+  }
+  int64_t* const slot = snap[at_word];  // (and where it stops)
+  slot[0] = p - code;
+  slot[1] = static_cast<int64_t>(cursor - bias);
+  st.k = p - code;
+  st.cursor = static_cast<int64_t>(cursor - bias);
+  st.start = static_cast<int64_t>(start - (bias >> 3));
+  st.state = state;
+  st.win = win;
+  st.at_word = at_word;
+}
+
+// The byte decoder from the start of the stream (see above): marks nz (and
+// fills neg) for the words it decodes and returns where the word-by-word
+// decoder starts, at or before the first word it did not decode. Positions
+// below `limit` (at most n, and WindowMarker::InsideEnd()) only.
+TLC_ALWAYS_INLINE GolombStart GolombBytePass(const uint8_t* code, int64_t len, int b,
+                                             uint64_t count, int64_t limit,
+                                             const GolombByteTable& table, NegFiller& fill,
+                                             uint8_t* nz8) {
+  // Bytes per block: between blocks the words decoded are counted (from the
+  // masks) and neg filled.
+  constexpr int64_t kBlock = 256 * kByteGroup;
+  // At most this far does the cursor move in a group, so a group starting
+  // at or below cursor_end marks positions below limit only.
+  const int64_t cursor_end = limit - (int64_t{8 * kByteGroup} << b);
+  BytePassState st;
+  int64_t snap[2][2] = {{0, 0}, {0, 0}};  // [1]: {byte, cursor} at a word start
+  uint64_t words = 0;  // decoded before byte st.k
+  while (true) {
+    // m bytes end at most 8m / (b + 1) + 1 words (from any state): a block
+    // of m bytes with that at most the words left (so the pass never
+    // decodes a word past the count's last).
+    const uint64_t left = count - words;
+    int64_t bytes = left == 0 ? 0 : static_cast<int64_t>(((left - 1) * (b + 1)) / 8);
+    bytes = std::min({bytes, kBlock, len - st.k});
+    bytes -= bytes % kByteGroup;
+    if (bytes == 0) break;
+    const int64_t k0 = st.k;
+    ByteGroups(code, st.k + bytes, cursor_end, table, nz8, st, snap);
+    // The words decoded: the set bits of nz up to the window's end.
+    fill.UpTo(st.start >> 3);
+    words = fill.rank;
+    for (int64_t w = st.start >> 3; w <= (st.start + 7) >> 3; ++w) {
+      words += static_cast<uint64_t>(PopCount64(fill.nz[w]));
+    }
+    if (st.k - k0 < bytes) break;  // stopped by the cursor
+  }
+  fill.UpTo(((st.start + 7) >> 3) + 1);  // every word the pass marked
+  // The start of the last group that began a word: the words before it are
+  // those marked below its cursor (all marks are counted in fill.rank).
+  GolombStart start;
+  start.at = 8 * snap[1][0];
+  start.prev = snap[1][1] - 1;
+  uint64_t i = fill.rank;
+  for (int64_t w = snap[1][1] >> 6; w < fill.word; ++w) {
+    const uint64_t above = w == snap[1][1] >> 6 ? ~uint64_t{0} << (snap[1][1] & 63) : ~uint64_t{0};
+    i -= static_cast<uint64_t>(PopCount64(fill.nz[w] & above));
+  }
+  start.i = i;
+  return start;
+}
 #endif  // TLC_X86_KERNELS
 
 // Each position as (p << 1) | negative, in order (p < 2^31): what the
@@ -1240,7 +1609,8 @@ template <bool kLzcnt, bool kTable = false, typename Marker>
 TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int b,
                                           uint64_t count, int64_t n, Marker& marker,
                                           int64_t* end_bit,
-                                          [[maybe_unused]] const uint64_t* table = nullptr) {
+                                          [[maybe_unused]] const uint64_t* table = nullptr,
+                                          GolombStart start = GolombStart()) {
   const uint8_t* const signs = marker.signs;
   [[maybe_unused]] int64_t inside_end = 0;  // table rounds mark positions below it
 #if TLC_X86_KERNELS
@@ -1248,9 +1618,9 @@ TLC_ALWAYS_INLINE Status DecodeGolombImpl(const uint8_t* code, int64_t len, int 
 #endif
   const int b1 = b + 1;
   const uint64_t step = uint64_t{1} << b;
-  int64_t prev = -1;
-  uint64_t i = 0;
-  int64_t at = 0;  // stream position of the next code word
+  int64_t prev = start.prev;
+  uint64_t i = start.i;
+  int64_t at = start.at;  // stream position of the next code word
   // Fast path, while 8 bytes can be loaded inside the stream. `inv` holds the
   // stream from bit `at`, inverted (so leading ones are leading zeros and the
   // bits shifted in from below read as ones), and is topped up every round
@@ -1443,6 +1813,24 @@ Status DecodePositionsGeneric(const uint8_t* code, int64_t len, int b, uint64_t 
 TLC_AVX2 Status DecodeGolombAvx2(const uint8_t* code, int64_t len, int b, uint64_t count,
                                  int64_t n, const uint8_t* signs, uint64_t* nz, uint64_t* neg,
                                  int64_t* end_bit) {
+  if (UseGolombBytes(b, count, len)) {
+    WindowMarker marker{signs, reinterpret_cast<uint8_t*>(nz), reinterpret_cast<uint8_t*>(neg),
+                        8 * (n / 64)};
+    NegFiller fill;
+    fill.signs = signs;
+    fill.sign_bytes = static_cast<int64_t>((count + 7) / 8);
+    fill.nz = nz;
+    fill.neg = neg;
+    const GolombStart start =
+        GolombBytePass(code, len, b, count, std::min(n, marker.InsideEnd()), GolombBytes(b), fill,
+                       reinterpret_cast<uint8_t*>(nz));
+    marker.Resume(start.prev);
+    if (UseGolombTable(b, count, n)) {
+      return DecodeGolombImpl<true, true>(code, len, b, count, n, marker, end_bit, GolombTable(b),
+                                          start);
+    }
+    return DecodeGolombImpl<true>(code, len, b, count, n, marker, end_bit, nullptr, start);
+  }
   if (UseGolombTable(b, count, n)) {
     WindowMarker marker{signs, reinterpret_cast<uint8_t*>(nz), reinterpret_cast<uint8_t*>(neg),
                         8 * (n / 64)};
