@@ -9,8 +9,8 @@ PY=$(bash scripts/setup.sh)
 # checkpoint): say so first. A green run keeps nothing (pytest.ini).
 tmp=${TMPDIR:-/tmp}
 free_mb=$(df -Pm "$tmp" | awk 'NR == 2 {print $4}')
-if [ "${free_mb:-0}" -lt 3000 ]; then
-  echo "test: only ${free_mb} MB free in $tmp; the suite needs ~3 GB there at its peak" >&2
+if [ "${free_mb:-0}" -lt 1000 ]; then
+  echo "test: only ${free_mb} MB free in $tmp; the suite's runs hold up to ~0.3 GB there at once" >&2
 fi
 PYTEST=("$PY" -m pytest -q -ra --durations=25)
 if [ $# -gt 0 ]; then
