@@ -227,3 +227,53 @@ def test_x_and_e_at_the_allocators_layout():
     assert np.array_equal(code, rcode)
     assert np.array_equal(bits(m), bits(rm))
     assert np.array_equal(bits(e), bits(re))
+
+
+@pytest.mark.parametrize("block_size", [1020, 1025, 2045])
+@pytest.mark.parametrize("tail", [0, 1, 7, 333])
+@pytest.mark.parametrize("shift", [0, 1, 3])
+def test_block_quantizer_prefetch_distances(block_size, tail, shift):
+    """The AVX2 block quantizer prefetches two blocks ahead for blocks up to 1024 values
+    and 3072 values ahead above (kPrefetchAheadSmallBlocks): blocks on both sides of the
+    switch, a tensor ending inside a prefetch window with a tail not a multiple of the
+    vector width, x and e at odd float offsets, an all-zero block and a block of values
+    exactly at +-m/2: the same bytes, scales and error as the reference."""
+    n = 5 * block_size + tail
+    rng = np.random.default_rng(block_size * 31 + tail * 7 + shift)
+    x0 = (rng.standard_t(4, n) * 1e-3).astype(np.float32)
+    e0 = (rng.standard_t(4, n) * 3e-4).astype(np.float32)
+    x0[block_size:2 * block_size] = 0
+    e0[block_size:2 * block_size] = 0
+    x0[3 * block_size] = 1.0
+    x0[3 * block_size + 1:3 * block_size + 9] = np.float32(0.5)
+    e0[3 * block_size:3 * block_size + 9] = 0
+    bx = np.empty(n + 8, np.float32)
+    be = np.empty(n + 8, np.float32)
+    x, e = bx[shift:shift + n], be[8 - shift:8 - shift + n]
+    x[:] = x0
+    e[:] = e0
+    for adaptive in (True, False):
+        e[:] = e0
+        code, m = codec.compress_3lc(x, e, 1.0, adaptive=adaptive, block_size=block_size)
+        rcode, rm, re = ref.compress(x0, e0, 1.0, adaptive, block_size)
+        assert np.array_equal(code, rcode)
+        assert np.array_equal(bits(m), bits(rm))
+        assert np.array_equal(bits(e), bits(re))
+
+
+@pytest.mark.parametrize("block_size", [1000, 2045])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_block_quantizer_stops_at_a_late_non_finite_block(block_size, bad):
+    """A non-finite x + e in the last block, inside both prefetch windows: the error is
+    raised, the earlier blocks' error is updated as the reference updates it, and the bad
+    block's error is left as it was."""
+    n = 4 * block_size + 17
+    x, e0 = heavy_tailed_input(n, seed=block_size)
+    x[n - 5] = bad
+    e = e0.copy()
+    with pytest.raises(Exception, match="non-finite"):
+        codec.compress_3lc(x, e, 1.0, adaptive=True, block_size=block_size)
+    good = 4 * block_size
+    _, _, re = ref.compress(x[:good], e0[:good], 1.0, True, block_size)
+    assert np.array_equal(bits(e[:good]), bits(re))
+    assert np.array_equal(bits(e[good:]), bits(e0[good:]))

@@ -169,13 +169,26 @@ TLC_AVX2 MaxAbsResult MaxAbsAvx2(const float* x, const float* e, int64_t count,
 // within the noise), and into L1 at 3072 12.3-13.5 ms against 13.2-14.2
 // into L2 (T2: no better than L2; 2026-11-28).
 constexpr int64_t kPrefetchAhead = 3072;
+// For blocks of up to 1024 values, two blocks ahead instead: such a block
+// is at most one 4 KiB page per array, i.e. about one line in each of the
+// L1's 64 sets (8 ways) for x, for e and for the kept sums; three blocks of
+// x and e prefetched ahead make about 9 lines a set, two make 7, so at 3072
+// the block being quantized presumably loses lines before its error is
+// written (a model: this VM has no cache counters to check it).
+// Compress at 32 Mi values, block 1000, old / new builds alternated: 2048
+// faster in 15 of 19 pairs at x - e = 2^27 + 4 KiB (median -0.24 ms of
+// ~11.6), 14 of 19 spaced (-0.14 ms); block 255 -0.4 to -0.8 ms. At block
+// 2045 (two pages a block) 2048 is one block ahead, too late: +0.1 to
+// +1.0 ms, so larger blocks keep 3072 (2026-11-28).
+constexpr int64_t kPrefetchAheadSmallBlocks = 2048;
+constexpr int64_t kSmallBlock = 1024;
 constexpr auto kPrefetchHint = _MM_HINT_T0;
 
 // The same operations as QuantizeTail, eight lanes at a time: a + e, the two
 // ordered comparisons, then a - m*q with m*q formed as (gt & m) | (lt & -m),
 // which is the product's exact value (m, -m or +0.0f; m is finite and >= 0).
 // Elements [count, prefetch_end) of x and e follow in memory: they are
-// prefetched kPrefetchAhead ahead of the element being quantized.
+// prefetched kAhead ahead of the element being quantized.
 // x + e from memory, or (kSummed) the sums kept by the maximum pass in x.
 template <bool kSummed>
 TLC_AVX2 TLC_ALWAYS_INLINE __m256 LoadSum(const float* x, const float* e) {
@@ -183,7 +196,7 @@ TLC_AVX2 TLC_ALWAYS_INLINE __m256 LoadSum(const float* x, const float* e) {
 }
 
 // With kSummed, x holds the sums x + e; e is then only prefetched.
-template <bool kSummed = false>
+template <bool kSummed = false, int64_t kAhead = kPrefetchAhead>
 TLC_AVX2 int64_t QuantizeAvx2(const float* x, const float* e, float* e_out, int64_t count,
                               float m, SliceSinks* sinks, int64_t prefetch_end = 0,
                               const float* x_in_memory = nullptr) {
@@ -192,12 +205,12 @@ TLC_AVX2 int64_t QuantizeAvx2(const float* x, const float* e, float* e_out, int6
   const __m256 vh = _mm256_set1_ps(half), vnh = _mm256_set1_ps(-half);
   const __m256 vm = _mm256_set1_ps(m), vnm = _mm256_set1_ps(-m);
   int64_t i = 0, nonzeros = 0;
-  const int64_t prefetch_stop = prefetch_end - kPrefetchAhead;
+  const int64_t prefetch_stop = prefetch_end - kAhead;
   for (; i + kSpan <= count; i += kSpan) {
     if (i < prefetch_stop) {
       // 160 bytes per array per span: three lines cover it whatever the alignment.
-      const float* px = x_in_memory + i + kPrefetchAhead;
-      const float* pe = e + i + kPrefetchAhead;
+      const float* px = x_in_memory + i + kAhead;
+      const float* pe = e + i + kAhead;
       _mm_prefetch(reinterpret_cast<const char*>(px), kPrefetchHint);
       _mm_prefetch(reinterpret_cast<const char*>(px + 16), kPrefetchHint);
       _mm_prefetch(reinterpret_cast<const char*>(px + 32), kPrefetchHint);
@@ -285,7 +298,7 @@ TLC_AVX2 TLC_ALWAYS_INLINE uint64_t GroupsOf320(const uint64_t* nz) {
 
 // QuantizeAvx2 in spans of 320 elements (64 groups: whole words of every
 // mask), the rest in spans of 40.
-template <bool kFastPext, bool kSummed>
+template <bool kFastPext, bool kSummed, int64_t kAhead>
 TLC_AVX2 int64_t Quantize320Avx2(const float* x, const float* e, float* e_out, int64_t count,
                                  float m, SliceSinks* sinks, int64_t prefetch_end,
                                  const float* x_in_memory) {
@@ -293,7 +306,7 @@ TLC_AVX2 int64_t Quantize320Avx2(const float* x, const float* e, float* e_out, i
   const float half = m * 0.5f;
   const __m256 vh = _mm256_set1_ps(half), vnh = _mm256_set1_ps(-half);
   const __m256 vm = _mm256_set1_ps(m), vnm = _mm256_set1_ps(-m);
-  const int64_t prefetch_stop = prefetch_end - kPrefetchAhead;
+  const int64_t prefetch_stop = prefetch_end - kAhead;
   int64_t i = 0, nonzeros = 0;
   for (; i + kWide <= count; i += kWide) {
     uint64_t nz[5];
@@ -303,9 +316,9 @@ TLC_AVX2 int64_t Quantize320Avx2(const float* x, const float* e, float* e_out, i
         // 256 bytes per array per word; an unaligned start's fifth line is
         // the next word's first.
         for (int l = 0; l < 4; ++l) {
-          _mm_prefetch(reinterpret_cast<const char*>(x_in_memory + at + kPrefetchAhead + 16 * l),
+          _mm_prefetch(reinterpret_cast<const char*>(x_in_memory + at + kAhead + 16 * l),
                        kPrefetchHint);
-          _mm_prefetch(reinterpret_cast<const char*>(e + at + kPrefetchAhead + 16 * l), kPrefetchHint);
+          _mm_prefetch(reinterpret_cast<const char*>(e + at + kAhead + 16 * l), kPrefetchHint);
         }
       }
       const uint64_t lo = Quantize32<kSummed>(x + at, e + at, e_out + at, vh, vnh, vm, vnm);
@@ -319,8 +332,8 @@ TLC_AVX2 int64_t Quantize320Avx2(const float* x, const float* e, float* e_out, i
     }
     sinks->grp.Put64(GroupsOf320<kFastPext>(nz));
   }
-  return nonzeros + QuantizeAvx2<kSummed>(x + i, e + i, e_out + i, count - i, m, sinks,
-                                          prefetch_end - i, x_in_memory + i);
+  return nonzeros + QuantizeAvx2<kSummed, kAhead>(x + i, e + i, e_out + i, count - i, m, sinks,
+                                                  prefetch_end - i, x_in_memory + i);
 }
 
 bool AmdCpu() {
@@ -397,20 +410,21 @@ TLC_AVX2 void CopyAvx2(float* to, const float* from, int64_t count) {
 }
 
 // One block's quantize pass, from the kept sums x + e (summed) or from x and e.
+template <int64_t kAhead>
 TLC_AVX2 TLC_ALWAYS_INLINE int64_t QuantizeBlockAvx2(const float* x, const float* e, float* e_out,
                                                      int64_t count, float m, SliceSinks* sinks,
                                                      int64_t prefetch_end, const float* x_in_memory,
                                                      bool fast_pext, bool summed) {
   if (summed) {
-    return fast_pext ? Quantize320Avx2<true, true>(x, e, e_out, count, m, sinks, prefetch_end,
-                                                   x_in_memory)
-                     : Quantize320Avx2<false, true>(x, e, e_out, count, m, sinks, prefetch_end,
-                                                    x_in_memory);
+    return fast_pext ? Quantize320Avx2<true, true, kAhead>(x, e, e_out, count, m, sinks,
+                                                           prefetch_end, x_in_memory)
+                     : Quantize320Avx2<false, true, kAhead>(x, e, e_out, count, m, sinks,
+                                                            prefetch_end, x_in_memory);
   }
-  return fast_pext ? Quantize320Avx2<true, false>(x, e, e_out, count, m, sinks, prefetch_end,
-                                                  x_in_memory)
-                   : Quantize320Avx2<false, false>(x, e, e_out, count, m, sinks, prefetch_end,
-                                                   x_in_memory);
+  return fast_pext ? Quantize320Avx2<true, false, kAhead>(x, e, e_out, count, m, sinks,
+                                                          prefetch_end, x_in_memory)
+                   : Quantize320Avx2<false, false, kAhead>(x, e, e_out, count, m, sinks,
+                                                           prefetch_end, x_in_memory);
 }
 
 // QuantizeBlocks with the next blocks prefetched during each block's
@@ -421,6 +435,7 @@ TLC_AVX2 int64_t QuantizeBlocksAvx2(const float* x, const float* e, float* e_out
                                     float* scales, SliceSinks* sinks, int64_t* bad) {
   int64_t nonzeros = 0;
   const bool fast_pext = FastPext();
+  const bool small_blocks = block <= kSmallBlock;
   const int64_t slice_end = std::min(n, k1 * block);
   // The block's sums x + e, kept by the maximum pass for the quantize pass
   // (in place of x's staged copy, if any: each sum is stored after its x is read).
@@ -440,8 +455,15 @@ TLC_AVX2 int64_t QuantizeBlocksAvx2(const float* x, const float* e, float* e_out
       break;
     }
     scales[k] = m;
-    nonzeros += QuantizeBlockAvx2(keep_sums ? sums : xb, e + begin, e_out + begin, end - begin, m,
-                                  sinks, slice_end - begin, x + begin, fast_pext, keep_sums);
+    nonzeros +=
+        small_blocks
+            ? QuantizeBlockAvx2<kPrefetchAheadSmallBlocks>(keep_sums ? sums : xb, e + begin,
+                                                           e_out + begin, end - begin, m, sinks,
+                                                           slice_end - begin, x + begin, fast_pext,
+                                                           keep_sums)
+            : QuantizeBlockAvx2<kPrefetchAhead>(keep_sums ? sums : xb, e + begin, e_out + begin,
+                                                end - begin, m, sinks, slice_end - begin,
+                                                x + begin, fast_pext, keep_sums);
   }
   return nonzeros;
 }
