@@ -10,13 +10,13 @@ streams ending in the middle of a group, counts one off, gaps past n halfway, tr
 flipped bits and appended bytes, every b from 0 to 31."""
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+import core_driver
 import format_reference as ref
 from test_golomb_decode import check_cases, payload
 from tlc import codec
@@ -25,7 +25,6 @@ pytestmark = pytest.mark.unit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 M = np.float32(0.5)
-CXX = shutil.which("g++") or shutil.which("clang++")
 
 
 def takes_bytes(b, count, code_len):
@@ -187,16 +186,7 @@ def test_same_outcomes_with_the_byte_pass_off(seed):
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
     """custom_ops/fuzz/golomb_decoder_driver.cc, built with the core."""
-    if not CXX:
-        pytest.skip("no C++ compiler (g++ or clang++)")
-    core = os.path.join(ROOT, "custom_ops", "core")
-    exe = str(tmp_path_factory.mktemp("golomb_decoder") / "driver")
-    sources = [os.path.join(ROOT, "custom_ops", "fuzz", "golomb_decoder_driver.cc")] + sorted(
-        os.path.join(core, f) for f in os.listdir(core) if f.endswith(".cc"))
-    proc = subprocess.run([CXX, "-O2", "-std=c++17", "-pthread", "-I", core, *sources, "-o", exe],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return exe
+    return core_driver.build(tmp_path_factory, "golomb_decoder_driver")
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -8,18 +8,16 @@ word, lists flushed mid-stream, code words longer than 56 bits, and gaps past 2^
 later shortcuts (eight code words in one Put when they fit in 56 bits; empty mask words listed
 without a branch at b <= 6)."""
 import os
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
+import core_driver
 import format_reference as ref
 
 pytestmark = pytest.mark.unit
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CXX = shutil.which("g++") or shutil.which("clang++")
 # AVX2 with PEXT for the signs, AVX2 without it (AMD before Zen 3), portable.
 ENVS = ({"TLC_CODEC_GENERIC": "0", "TLC_CODEC_SLOW_PEXT": "0"},
         {"TLC_CODEC_GENERIC": "0", "TLC_CODEC_SLOW_PEXT": "1"}, {"TLC_CODEC_GENERIC": "1"})
@@ -27,16 +25,7 @@ ENVS = ({"TLC_CODEC_GENERIC": "0", "TLC_CODEC_SLOW_PEXT": "0"},
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    if not CXX:
-        pytest.skip("no C++ compiler (g++ or clang++)")
-    core = os.path.join(ROOT, "custom_ops", "core")
-    exe = str(tmp_path_factory.mktemp("golomb_writer") / "driver")
-    sources = [os.path.join(ROOT, "custom_ops", "fuzz", "golomb_writer_driver.cc")] + sorted(
-        os.path.join(core, f) for f in os.listdir(core) if f.endswith(".cc"))
-    proc = subprocess.run([CXX, "-O2", "-std=c++17", "-pthread", "-I", core, *sources, "-o", exe],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return exe
+    return core_driver.build(tmp_path_factory, "golomb_writer_driver")
 
 
 def run(driver, cases, env):
