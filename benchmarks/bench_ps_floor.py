@@ -60,7 +60,7 @@ def serve_ps(spec):
 class FloorWorker:
     """One worker: its server, its graph (pushes in, reply out) and session."""
 
-    def __init__(self, spec, index, buckets, extra_nodes=0, synchronous=False):
+    def __init__(self, spec, index, buckets, extra_nodes=0, synchronous=False, string_reply=False):
         own = f"/job:worker/task:{index}"
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", own])
         # The graph runs as written: grappler would otherwise fold the added
@@ -75,8 +75,13 @@ class FloorWorker:
                                for k in range(buckets)]
                 pushed = [tf.identity(p) for p in self.pushes]  # leaves from the worker
             with tf.device("/job:ps/task:0"):
-                reply_var = tf.compat.v1.get_variable(
-                    "reply", initializer=tf.zeros((REPLY_BYTES,), tf.uint8), use_resource=True)
+                if string_reply:  # as tlc's reply: a string vector (head, seconds, logged row)
+                    reply_var = tf.compat.v1.get_variable(
+                        "reply", initializer=tf.constant(["h" * 40, "s" * 12, "r" * REPLY_BYTES]),
+                        use_resource=True)
+                else:
+                    reply_var = tf.compat.v1.get_variable(
+                        "reply", initializer=tf.zeros((REPLY_BYTES,), tf.uint8), use_resource=True)
                 # Reads each push's bytes (a size alone is folded from the static shape).
                 got = tf.add_n([tf.cast(tf.reduce_max(p), tf.int32) for p in pushed])
                 for k in range(extra_nodes):  # scalar ops on the PS: the executor's cost per node
@@ -158,13 +163,15 @@ def wait_until(condition, poll=0.05):
         time.sleep(poll)
 
 
-def run_cell(workers, buckets, warmup, window_seconds, extra_nodes=0, synchronous=False):
+def run_cell(workers, buckets, warmup, window_seconds, extra_nodes=0, synchronous=False,
+             string_reply=False):
     spec = cl.local_cluster(1, workers)
     ps = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_ps_floor",  # pylint: disable=consider-using-with
                            "--serve_ps", json.dumps(spec)],
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
-        sim = [FloorWorker(spec, i, buckets, extra_nodes, synchronous) for i in range(workers)]
+        sim = [FloorWorker(spec, i, buckets, extra_nodes, synchronous, string_reply)
+               for i in range(workers)]
         sim[0].session.run(sim[0].init)
         stop, errors = threading.Event(), []
         helpers = []
@@ -217,7 +224,7 @@ def run_cell(workers, buckets, warmup, window_seconds, extra_nodes=0, synchronou
             raise RuntimeError(errors[0])
         n = steps1 - steps0
         return {"workers": workers, "buckets": buckets, "extra_nodes": extra_nodes,
-                "synchronous": synchronous,
+                "synchronous": synchronous, "string_reply": string_reply,
                 "ps_partition_transfers": transfers, "worker_steps": n,
                 "rounds": rounds1 - rounds0,
                 "window_seconds": round(t1 - t0, 2), "load": [round(x, 2) for x in os.getloadavg()],
@@ -237,6 +244,8 @@ def main(argv=None):
                         help="comma list: scalar ops added to the PS partition (per node cost)")
     parser.add_argument("--synchronous", action="store_true",
                         help="steps wait for a round's token, released by a chief thread")
+    parser.add_argument("--string_reply", default="0",
+                        help="comma list of 0/1: the reply as a string vector, as tlc's (1)")
     parser.add_argument("--warmup", type=int, default=5, help="steps per worker before the window")
     parser.add_argument("--window_seconds", type=float, default=20.0)
     parser.add_argument("--out")
@@ -249,10 +258,11 @@ def main(argv=None):
     for r in range(args.rounds):
         for workers in [int(w) for w in args.workers.split(",")]:
             for extra in [int(k) for k in args.extra_nodes.split(",")]:
-                row = dict(run_cell(workers, args.buckets, args.warmup, args.window_seconds,
-                                    extra, args.synchronous), round=r)
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+                for string_reply in [bool(int(k)) for k in args.string_reply.split(",")]:
+                    row = dict(run_cell(workers, args.buckets, args.warmup, args.window_seconds,
+                                        extra, args.synchronous, string_reply), round=r)
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump({"measured": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, f, indent=1)
