@@ -42,6 +42,7 @@ import numpy as np
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
+from benchmarks import jobs  # noqa: E402
 from benchmarks.bench_scaling import cpu_seconds  # noqa: E402
 from tlc.job import cluster as cl  # noqa: E402
 
@@ -263,9 +264,7 @@ def main(argv=None):
                                         extra, args.synchronous, string_reply), round=r)
                     print(json.dumps(row), flush=True)
                     rows.append(row)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump({"measured": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, f, indent=1)
+    jobs.save_rows(args.out, rows)
     return 0
 
 

@@ -17,7 +17,6 @@ in every task (0: TF's default). Needs root (network namespaces).
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import time
 from benchmarks import jobs
 from benchmarks.bench_overlap import CONFIGS, MODEL
 from benchmarks.bench_scaling import cpu_seconds
+from tlc.job import launcher
 
 LOG_EVERY = 10
 
@@ -46,16 +46,6 @@ def task_pids(logdir):
     return found
 
 
-def chief_step(logdir):
-    """The last step the chief logged (0 before its first line)."""
-    try:
-        with open(os.path.join(logdir, "worker0.log"), encoding="utf-8", errors="replace") as f:
-            steps = re.findall(r"^step\s+(\d+)/", f.read(), re.M)
-    except OSError:
-        return 0
-    return int(steps[-1]) if steps else 0
-
-
 def run(label, rate, intra_op_threads, first, last, logdir):
     shutil.rmtree(logdir, ignore_errors=True)
     flags = [f"--flagfile=configs/{MODEL}.cfg", *CONFIGS[label], f"--steps={last + LOG_EVERY}",
@@ -69,7 +59,7 @@ def run(label, rate, intra_op_threads, first, last, logdir):
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     marks = {}
     while job.poll() is None and len(marks) < 2:
-        step = chief_step(logdir)
+        step = launcher.printed_step(logdir)
         for want in (first, last):
             if step >= want and want not in marks:
                 cpu = {task: cpu_seconds(pid) for task, pid in task_pids(logdir).items()}
@@ -113,9 +103,7 @@ def main(argv=None):
                 row = dict(run(label, args.rate, threads, args.first, args.last, logdir), round=r)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump({"measured": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, f, indent=1)
+    jobs.save_rows(args.out, rows)
     return 0
 
 

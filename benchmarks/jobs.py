@@ -42,6 +42,14 @@ def run_job(flags, logdir, timeout=3600):
         return json.load(f), proc.stdout
 
 
+def save_rows(path, rows):
+    """Writes a benchmark's rows with the time they were measured (nothing
+    if path is None)."""
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"measured": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, f, indent=1)
+
+
 def finished_run(logdir, steps):
     """The summary of an earlier run in `logdir` that finished exactly `steps`
     steps, or None (missing, failed, another length): lets a benchmark resume.
