@@ -325,3 +325,40 @@ def test_a_restore_cut_short_after_it_set_the_global_step_still_goes_back(capfd)
         np.testing.assert_array_equal(after, want)
     finally:
         c.stop()
+
+
+def test_a_restore_cut_short_after_it_set_every_restarted_variable_runs_again(capfd):
+    """PS 0 survives one step ahead of the chief's copy; the first restore's
+    run sets PS 1's master from the copy (all PS 1 had lost), then aborts
+    before PS 0's part: the global step and PS 0's master are still ahead.
+    The retry finds nothing uninitialised, but a restore was cut short: it
+    runs again. Before, it took the PS for one that kept its model: the
+    global step stayed one ahead of the masters (seen in CI)."""
+    c = Cluster()
+    try:
+        graph, opt, train_op, global_step = build()
+        with graph.as_default():
+            hook = opt.make_session_run_hook(True, num_tokens=0)
+            ahead = global_step.assign_add(1)
+            entries = [opt.variables_built[n].entry for n in ("v0", "v1")]
+            m0, m1 = (e.master for e in entries)
+            bump = m0.assign_add(tf.ones(m0.shape))  # the update the chief had not pulled
+            set_ps1 = m1.assign(entries[1].local.read_value())  # the cut-short run's part
+            with training_session(c.worker.target, True, [hook]) as sess:
+                trained(sess, opt, train_op, global_step)
+                with tf.compat.v1.Session(c.worker.target) as raw:
+                    raw.run([ahead, bump])
+                    copies = raw.run([e.local for e in entries])
+                cut_short_restore(c, graph, set_ps1)
+                out = restore_line(capfd, sess, train_op)
+                assert went_back(out) == [STEPS_BEFORE, STEPS_BEFORE + 1]
+                assert sess.run(global_step) == STEPS_BEFORE + 1
+                with tf.compat.v1.Session(c.worker.target) as raw:
+                    after = raw.run([m0, m1])
+        # One step of TF's SGD (build's: lr 0.1) from the copy on each PS.
+        for copy, grad, got in zip(copies, (0.5, 0.25), after):
+            [want] = tf_oracle(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1), copy,
+                               np.full(copy.shape, grad, np.float32), 1)
+            np.testing.assert_array_equal(got, want)
+    finally:
+        c.stop()
