@@ -240,30 +240,33 @@ def test_a_surviving_ps_keeps_its_slots_and_what_its_pulls_had_not_sent(capfd):
 
 
 class CutShort:
-    """A real session whose run of the restore's init op first runs
-    `partial` (what a partition that finished before another one aborted
-    leaves on the restarted PS), then fails as a lost connection does."""
+    """A real session whose run of the restore (the init op, or a saver's
+    restore op by name) first runs `partial` (what a partition that finished
+    before another one aborted leaves on the restarted PS), then fails as a
+    lost connection does."""
 
-    def __init__(self, session, init_op, partial):
-        self._session, self._init_op, self._partial = session, init_op, partial
+    def __init__(self, session, restore, partial):
+        self._session, self._restore, self._partial = session, restore, partial
 
     def run(self, fetches, *args, **kwargs):
-        if fetches is self._init_op:
+        if fetches is self._restore or (isinstance(fetches, str) and fetches == self._restore):
             self._session.run(self._partial)
             raise tf.errors.UnavailableError(None, None, "restore cut short by the test")
         return self._session.run(fetches, *args, **kwargs)
 
 
-def cut_short_restore(cluster, graph, partial):
-    """PS 1 restarts; the chief's first restore runs `partial` and aborts,
-    as a restore whose partitions did not all run does."""
+def cut_short_restore(cluster, graph, partial, saver=None, checkpoint_dir=None):
+    """PS 1 restarts; the chief's first restore (from its copy, or with
+    `saver` from checkpoint_dir) runs `partial` and aborts, as a restore
+    whose partitions did not all run does."""
     [recovery] = restorers(graph)
+    restore = saver.saver_def.restore_op_name if saver else recovery.init_op
     cluster.restart(1)
     deadline = time.time() + 120
     while True:  # until PS 1 listens again and the cut-short run is reached
         try:
             with tf.compat.v1.Session(cluster.worker.target) as raw:
-                recovery.restore_model(CutShort(raw, recovery.init_op, partial), None, None)
+                recovery.restore_model(CutShort(raw, restore, partial), saver, checkpoint_dir)
         except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
             if "cut short by the test" in str(e):
                 return
@@ -334,6 +337,24 @@ def test_a_restore_cut_short_after_it_set_every_restarted_variable_runs_again(ca
     The retry finds nothing uninitialised, but a restore was cut short: it
     runs again. Before, it took the PS for one that kept its model: the
     global step stayed one ahead of the masters (seen in CI)."""
+    out = restore_cut_short_after_ps1(capfd, None)
+    assert went_back(out) == [STEPS_BEFORE, STEPS_BEFORE + 1]
+
+
+def test_a_checkpoint_restore_cut_short_after_it_set_every_restarted_variable_runs_again(
+        capfd, tmp_path):
+    """The same with a checkpoint at the chief's step (a copy no newer than
+    the latest checkpoint restores the checkpoint): the retry restores it
+    again in full. Before, the global step and PS 0's master stayed ahead."""
+    out = restore_cut_short_after_ps1(capfd, str(tmp_path))
+    assert f"model restored at step {STEPS_BEFORE} from checkpoint" in out, out
+
+
+def restore_cut_short_after_ps1(capfd, checkpoint_dir):
+    """PS 0 one step ahead (its master too), PS 1 restarted, the chief's
+    first restore cut short after it set PS 1's master; then a step. Checks
+    the global step and both masters (one step of TF's SGD from the chief's
+    copy); returns the chief's restore line."""
     c = Cluster()
     try:
         graph, opt, train_op, global_step = build()
@@ -344,21 +365,25 @@ def test_a_restore_cut_short_after_it_set_every_restarted_variable_runs_again(ca
             m0, m1 = (e.master for e in entries)
             bump = m0.assign_add(tf.ones(m0.shape))  # the update the chief had not pulled
             set_ps1 = m1.assign(entries[1].local.read_value())  # the cut-short run's part
-            with training_session(c.worker.target, True, [hook]) as sess:
+            with training_session(c.worker.target, True, [hook],
+                                  checkpoint_dir=checkpoint_dir) as sess:
                 trained(sess, opt, train_op, global_step)
+                saver = None
                 with tf.compat.v1.Session(c.worker.target) as raw:
+                    if checkpoint_dir:
+                        [saver] = graph.get_collection(tf.compat.v1.GraphKeys.SAVERS)
+                        saver.save(raw, f"{checkpoint_dir}/model.ckpt", global_step=global_step)
                     raw.run([ahead, bump])
                     copies = raw.run([e.local for e in entries])
-                cut_short_restore(c, graph, set_ps1)
+                cut_short_restore(c, graph, set_ps1, saver, checkpoint_dir)
                 out = restore_line(capfd, sess, train_op)
-                assert went_back(out) == [STEPS_BEFORE, STEPS_BEFORE + 1]
                 assert sess.run(global_step) == STEPS_BEFORE + 1
                 with tf.compat.v1.Session(c.worker.target) as raw:
                     after = raw.run([m0, m1])
-        # One step of TF's SGD (build's: lr 0.1) from the copy on each PS.
         for copy, grad, got in zip(copies, (0.5, 0.25), after):
             [want] = tf_oracle(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1), copy,
                                np.full(copy.shape, grad, np.float32), 1)
             np.testing.assert_array_equal(got, want)
+        return out
     finally:
         c.stop()

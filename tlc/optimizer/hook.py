@@ -111,6 +111,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         interrupted = self._is_chief and session.run(self._ops.update_interrupted)
         restored = self._residuals.restored
         if self._is_chief:
+            self._recovery.session_created()
             self._recovery.say_restored_from_copy(session)
             self._say_restored(session.run(self._ops.fresh_state_at))
         session.run(self._ops.hook_chief_init_op if self._is_chief

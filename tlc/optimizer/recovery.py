@@ -204,7 +204,7 @@ class Recovery:
             raise RuntimeError("tlc: training_session needs SyncReplicasOptimizer's "
                                "make_session_run_hook among its hooks")
         uninitialised = {n.decode() for n in session.run(self._server_uninitialised)}
-        if not uninitialised and not self._seen.cut_short:
+        if not uninitialised and not self._seen.restoring:
             return True  # the PS kept its model (only this session was re-created)
         local = self._local_version_now(session)
         path = checkpoint_management.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
@@ -213,16 +213,12 @@ class Recovery:
             seen = self._seen
             seen.afresh |= uninitialised & self._afresh_candidates
             seen.live_step = max(seen.live_step, int(session.run(self._live_step)))
-            # takes the copy; the model goes back from the newest step seen.
-            # A run cut short (a restarted PS's first connections fail) may
-            # have initialised every variable it found uninitialised and not
-            # yet set the global step or the surviving masters: until a run
-            # completes, the next session restores again.
-            seen.cut_short = True
+            seen.restoring = True
+            # takes the copy; the model goes back from the newest step seen
             session.run(self.init_op, feed_dict={self._live_step: seen.live_step})
-            seen.cut_short = False
             return True
         self._seen = _Seen()
+        self._seen.restoring = True
         if path and saver is not None:
             saver.restore(session, path)
             saver.recover_last_checkpoints(
@@ -232,6 +228,11 @@ class Recovery:
                   f"(optimizer slots from the checkpoint)", flush=True)
             return True
         return False
+
+    def session_created(self):
+        """Chief, after session creation: the restore (or fresh start) that
+        restore_model began is complete."""
+        self._seen.restoring = False
 
     def say_restored_from_copy(self, session, checkpoint_dir=None):
         """Chief, after session creation: one line if the init op put its
@@ -258,13 +259,16 @@ class Recovery:
 
 class _Seen:
     """Since the last restore line: the slots seen uninitialised, the
-    newest step seen on the surviving parameter servers, and whether the
-    last run of the init op was cut short."""
+    newest step seen on the surviving parameter servers, and whether a
+    restore began whose session was not created. A restore's run cut short
+    (a restarted PS's first connections fail) may have set every variable
+    it found uninitialised but not yet the global step or the surviving
+    masters: until a session is created, the next one restores again."""
 
     def __init__(self):
         self.afresh = set()
         self.live_step = -1
-        self.cut_short = False
+        self.restoring = False
 
 
 def _live_step(global_step, pull_logs):
