@@ -301,43 +301,22 @@ def test_a_restore_cut_short_after_it_set_the_global_step_still_goes_back(capfd)
     the chief's step there, but the model still went back from the step seen
     first: the line says so, and the surviving masters take the copy too.
     Before, the retry found nothing ahead and said nothing."""
-    c = Cluster()
-    try:
-        graph, opt, train_op, global_step = build()
-        with graph.as_default():
-            hook = opt.make_session_run_hook(True, num_tokens=0)
-            ahead = global_step.assign_add(1)
-            back = global_step.assign(STEPS_BEFORE)  # what the restore writes on PS 0
-            m0 = opt.variables_built["v0"].entry.master
-            bump = m0.assign_add(tf.ones(m0.shape))  # the update the chief had not pulled
-            with training_session(c.worker.target, True, [hook]) as sess:
-                trained(sess, opt, train_op, global_step)
-                with tf.compat.v1.Session(c.worker.target) as raw:
-                    raw.run([ahead, bump])
-                    copy0 = raw.run(opt.variables_built["v0"].entry.local)
-                cut_short_restore(c, graph, back)
-                out = restore_line(capfd, sess, train_op)
-                assert went_back(out) == [STEPS_BEFORE, STEPS_BEFORE + 1]
-                assert sess.run(global_step) == STEPS_BEFORE + 1
-                with tf.compat.v1.Session(c.worker.target) as raw:
-                    after = raw.run(m0)
-        # One step of TF's SGD (build's: lr 0.1, gradient 0.5) from the copy,
-        # not from the update the chief had not pulled.
-        [want] = tf_oracle(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1), copy0,
-                           np.full(100, 0.5, np.float32), 1)
-        np.testing.assert_array_equal(after, want)
-    finally:
-        c.stop()
+    out = restore_cut_short(capfd, lambda global_step, _: global_step.assign(STEPS_BEFORE))
+    assert went_back(out) == [STEPS_BEFORE, STEPS_BEFORE + 1]
+
+
+def set_ps1_from_copy(_, entries):
+    """All PS 1 lost, set by a restore's run: its master from the copy."""
+    return entries[1].master.assign(entries[1].local.read_value())
 
 
 def test_a_restore_cut_short_after_it_set_every_restarted_variable_runs_again(capfd):
-    """PS 0 survives one step ahead of the chief's copy; the first restore's
-    run sets PS 1's master from the copy (all PS 1 had lost), then aborts
+    """The first restore's run sets PS 1's master from the copy, then aborts
     before PS 0's part: the global step and PS 0's master are still ahead.
     The retry finds nothing uninitialised, but a restore was cut short: it
     runs again. Before, it took the PS for one that kept its model: the
     global step stayed one ahead of the masters (seen in CI)."""
-    out = restore_cut_short_after_ps1(capfd, None)
+    out = restore_cut_short(capfd, set_ps1_from_copy)
     assert went_back(out) == [STEPS_BEFORE, STEPS_BEFORE + 1]
 
 
@@ -346,15 +325,16 @@ def test_a_checkpoint_restore_cut_short_after_it_set_every_restarted_variable_ru
     """The same with a checkpoint at the chief's step (a copy no newer than
     the latest checkpoint restores the checkpoint): the retry restores it
     again in full. Before, the global step and PS 0's master stayed ahead."""
-    out = restore_cut_short_after_ps1(capfd, str(tmp_path))
+    out = restore_cut_short(capfd, set_ps1_from_copy, str(tmp_path))
     assert f"model restored at step {STEPS_BEFORE} from checkpoint" in out, out
 
 
-def restore_cut_short_after_ps1(capfd, checkpoint_dir):
-    """PS 0 one step ahead (its master too), PS 1 restarted, the chief's
-    first restore cut short after it set PS 1's master; then a step. Checks
-    the global step and both masters (one step of TF's SGD from the chief's
-    copy); returns the chief's restore line."""
+def restore_cut_short(capfd, partial, checkpoint_dir=None):
+    """PS 0 one step ahead of the chief's copy (its master too: the update
+    the chief had not pulled), PS 1 restarted, the chief's first restore cut
+    short after it ran partial(global_step, [entry of v0, of v1]); then a
+    step. Checks the global step and both masters (one step of TF's SGD from
+    the chief's copy); returns the chief's restore line."""
     c = Cluster()
     try:
         graph, opt, train_op, global_step = build()
@@ -362,9 +342,9 @@ def restore_cut_short_after_ps1(capfd, checkpoint_dir):
             hook = opt.make_session_run_hook(True, num_tokens=0)
             ahead = global_step.assign_add(1)
             entries = [opt.variables_built[n].entry for n in ("v0", "v1")]
-            m0, m1 = (e.master for e in entries)
-            bump = m0.assign_add(tf.ones(m0.shape))  # the update the chief had not pulled
-            set_ps1 = m1.assign(entries[1].local.read_value())  # the cut-short run's part
+            masters = [e.master for e in entries]
+            bump = masters[0].assign_add(tf.ones(masters[0].shape))
+            cut = partial(global_step, entries)
             with training_session(c.worker.target, True, [hook],
                                   checkpoint_dir=checkpoint_dir) as sess:
                 trained(sess, opt, train_op, global_step)
@@ -375,11 +355,12 @@ def restore_cut_short_after_ps1(capfd, checkpoint_dir):
                         saver.save(raw, f"{checkpoint_dir}/model.ckpt", global_step=global_step)
                     raw.run([ahead, bump])
                     copies = raw.run([e.local for e in entries])
-                cut_short_restore(c, graph, set_ps1, saver, checkpoint_dir)
+                cut_short_restore(c, graph, cut, saver, checkpoint_dir)
                 out = restore_line(capfd, sess, train_op)
                 assert sess.run(global_step) == STEPS_BEFORE + 1
                 with tf.compat.v1.Session(c.worker.target) as raw:
-                    after = raw.run([m0, m1])
+                    after = raw.run(masters)
+        # build's SGD: lr 0.1, gradients 0.5 and 0.25
         for copy, grad, got in zip(copies, (0.5, 0.25), after):
             [want] = tf_oracle(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1), copy,
                                np.full(copy.shape, grad, np.float32), 1)
