@@ -16,35 +16,45 @@ PYTEST=("$PY" -m pytest -q -ra --durations=25)
 if [ $# -gt 0 ]; then
   exec "${PYTEST[@]}" "$@"
 fi
-# The whole suite in three pytest processes. TensorFlow's in-process servers
-# (tests/local_cluster.py) cannot be stopped, and all of them in one process
-# aborted it (SIGABRT creating a server, ~3,100 tests in): tests/test_[a-m]*
-# and tests/test_[n-z]* run one after the other. Beside them, in a third
-# process whose output is shown when it ends: the loopback fault tests that
-# spend minutes waiting for timeouts, and two main-job runs of ~2 minutes
-# each (a slow-link smoke run, a link slowed mid-run). Not the link cuts of
-# tests/test_partitions.py: under a load of ~50 one stalled beside the others.
-# The exit code is the first failure's.
+# The whole suite in five pytest processes. TensorFlow's in-process servers
+# (tests/local_cluster.py) cannot be stopped: each holds ~85 threads until its
+# process ends, and every thread counts against the kernel's pid_max (32768
+# here) and its process's max_map_count (65530; a thread's stack and guard are
+# two maps). All tests in one process aborted it (SIGABRT creating a server,
+# ~3,100 tests in). Measured on 2026-11-29 (peak threads of one process):
+# tests/test_[a-m]* 17.5 K, tests/test_[n-z]* 22.2 K (45.8 K maps), and the two
+# side by side aborted the second creating a server. So four processes run
+# one after the other, each ending with its servers: test_[a-c]*, [d-m], [n-r],
+# [s-z]. Beside them, in a fifth process whose output is shown when it ends:
+# the loopback fault tests that spend minutes waiting for timeouts, and two
+# main-job runs of ~2 minutes each (a slow-link smoke run, a link slowed
+# mid-run). Not the link cuts of tests/test_partitions.py: under a load of ~50
+# one stalled beside the others. The exit code is the first failure's.
 WAITING=(tests/test_own_job_restart.py tests/test_watchdog.py tests/test_serve_until_done.py
          tests/test_bench_training.py tests/test_autotune.py)
-FIRST=() REST=()
-for f in tests/test_[a-m]*.py; do
-  case " ${WAITING[*]} " in *" $f "*) ;; *) FIRST+=("$f") ;; esac
-done
-for f in tests/test_[n-z]*.py; do
-  case " ${WAITING[*]} " in *" $f "*) ;; *) REST+=("$f") ;; esac
-done
-if [ -n "${TLC_TEST_PLAN:-}" ]; then  # print the three groups, run nothing
-  printf 'beside: %s\n' "${WAITING[*]}"; printf 'first: %s\n' "${FIRST[*]}"
-  printf 'then: %s\n' "${REST[*]}"; exit 0
+IN_TURN=("[a-c]" "[d-m]" "[n-r]" "[s-z]")
+group() {  # the test files of one letter range, less those run beside
+  local f
+  for f in tests/test_$1*.py; do
+    [ -e "$f" ] || continue
+    case " ${WAITING[*]} " in *" $f "*) ;; *) printf '%s\n' "$f" ;; esac
+  done
+}
+if [ -n "${TLC_TEST_PLAN:-}" ]; then  # print the groups, run nothing
+  printf 'beside: %s\n' "${WAITING[*]}"
+  for r in "${IN_TURN[@]}"; do printf 'in turn %s: %s\n' "$r" "$(group "$r" | xargs)"; done
+  exit 0
 fi
 mkdir -p build
 waiting_log=build/test-waiting.log
 "${PYTEST[@]}" "${WAITING[@]}" >"$waiting_log" 2>&1 &
 waiting=$!
 status=0
-"${PYTEST[@]}" "${FIRST[@]}" || status=$?
-"${PYTEST[@]}" "${REST[@]}" || { s=$?; [ "$status" != 0 ] || status=$s; }
+for r in "${IN_TURN[@]}"; do
+  mapfile -t files < <(group "$r")
+  [ ${#files[@]} -gt 0 ] || continue
+  "${PYTEST[@]}" "${files[@]}" || { s=$?; [ "$status" != 0 ] || status=$s; }
+done
 w=0
 wait "$waiting" || w=$?
 echo "=== ${WAITING[*]} (run beside the others; log: $waiting_log)"
