@@ -139,3 +139,32 @@ class CompressedAccumulator:
 
     def num_accumulated(self, name=None):
         return _ops.tlc_compressed_accumulator_num_accumulated(self.accumulator_ref, name=name)
+
+
+class RoundBoard:
+    """On a parameter server: for each push bucket, the latest round whose
+    pull message is logged (custom_ops/tf/board_kernels.cc). A worker's reply
+    waits on it without taking anything: a step that dies waiting leaves
+    nothing behind for another step, unlike a token."""
+
+    def __init__(self, num_buckets, shared_name=None, name="tlc_round_board"):
+        self.num_buckets = num_buckets
+        self.handle = _ops.tlc_round_board(num_buckets=num_buckets,
+                                           shared_name=shared_name or "", name=name)
+
+    def publish(self, bucket, round_, name=None):
+        """Sets the bucket's round (lower too: a restore sets it back)."""
+        return _ops.tlc_round_board_publish(self.handle, tf.cast(bucket, tf.int32),
+                                            tf.cast(round_, tf.int64), name=name)
+
+    def reset(self, round_, name=None):
+        """Every bucket at `round_`; every pending wait ends, satisfied or not."""
+        return _ops.tlc_round_board_reset(self.handle, tf.cast(round_, tf.int64), name=name)
+
+    def wait(self, bucket, at_least, name=None):
+        """The bucket's round once it is >= at_least (or at a reset)."""
+        return _ops.tlc_round_board_wait(self.handle, tf.cast(bucket, tf.int32),
+                                         tf.cast(at_least, tf.int64), name=name)
+
+    def read(self, name=None):
+        return _ops.tlc_round_board_read(self.handle, name=name)

@@ -1,0 +1,96 @@
+"""The round board (tlc.ops.RoundBoard, custom_ops/tf/board_kernels.cc): a
+wait ends once its bucket's round is high enough, or at a reset, and takes
+nothing (two waits on one publish both end); a closed session cancels a
+pending wait; bad buckets fail naming them and change nothing."""
+import threading
+
+import pytest
+import tensorflow as tf
+
+from tlc import ops
+
+pytestmark = pytest.mark.unit
+
+
+def board_graph(num_buckets=3):
+    graph = tf.Graph()
+    with graph.as_default():
+        board = ops.RoundBoard(num_buckets, shared_name="board_under_test")
+        bucket = tf.compat.v1.placeholder(tf.int32, [])
+        at_least = tf.compat.v1.placeholder(tf.int64, [])
+        round_ = tf.compat.v1.placeholder(tf.int64, [])
+        ops_ = dict(wait=board.wait(bucket, at_least), publish=board.publish(bucket, round_),
+                    reset=board.reset(round_), read=board.read())
+    return graph, ops_, (bucket, at_least, round_)
+
+
+def waiter(session, op, feeds, out):
+    def run():
+        try:
+            out.append(session.run(op, feeds))
+        except tf.errors.CancelledError as e:
+            out.append(e)
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_waits_end_at_their_round_take_nothing_and_end_at_a_reset():
+    graph, o, (bucket, at_least, round_) = board_graph()
+    with tf.compat.v1.Session(graph=graph) as s:
+        assert list(s.run(o["read"])) == [0, 0, 0]
+        assert s.run(o["wait"], {bucket: 1, at_least: 0}) == 0  # satisfied: at once
+        first, second, other, never = [], [], [], []
+        threads = [waiter(s, o["wait"], {bucket: 1, at_least: 5}, first),
+                   waiter(s, o["wait"], {bucket: 1, at_least: 5}, second),
+                   waiter(s, o["wait"], {bucket: 2, at_least: 5}, other),
+                   waiter(s, o["wait"], {bucket: 1, at_least: 9}, never)]
+        s.run(o["publish"], {bucket: 1, round_: 4})  # too low: nobody ends
+        s.run(o["publish"], {bucket: 0, round_: 7})  # another bucket: nobody ends
+        threads[0].join(0.5)
+        assert not first and not second and not other and not never
+        s.run(o["publish"], {bucket: 1, round_: 6})
+        for t in threads[:2]:
+            t.join()
+        assert first == [6] and second == [6]  # both: a wait takes nothing
+        assert not other and not never
+        s.run(o["reset"], {round_: 3})  # ends the rest, unsatisfied, at the reset's round
+        for t in threads[2:]:
+            t.join()
+        assert other == [3] and never == [3]
+        assert list(s.run(o["read"])) == [3, 3, 3]
+        s.run(o["publish"], {bucket: 2, round_: 1})  # lower is allowed: a restore
+        assert list(s.run(o["read"])) == [3, 3, 1]
+
+
+def test_a_closed_session_cancels_its_pending_wait():
+    graph, o, (bucket, at_least, _) = board_graph()
+    session = tf.compat.v1.Session(graph=graph)
+    out = []
+    thread = waiter(session, o["wait"], {bucket: 0, at_least: 1}, out)
+    thread.join(0.3)
+    session.close()
+    thread.join()
+    assert len(out) == 1 and isinstance(out[0], tf.errors.CancelledError)
+
+
+@pytest.mark.parametrize("bad", [-1, 3])
+def test_a_bucket_off_the_board_fails_naming_it_and_changes_nothing(bad):
+    graph, o, (bucket, at_least, round_) = board_graph()
+    with tf.compat.v1.Session(graph=graph) as s:
+        for op, feeds in [("publish", {round_: 5}), ("wait", {at_least: 0})]:
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match=f"bucket {bad} is not on a board of 3 buckets"):
+                s.run(o[op], {**feeds, bucket: bad})
+        assert list(s.run(o["read"])) == [0, 0, 0]
+
+
+def test_one_name_one_size():
+    graph = tf.Graph()
+    with graph.as_default():
+        a = ops.RoundBoard(2, shared_name="sized")
+        b = ops.RoundBoard(3, shared_name="sized")
+    with tf.compat.v1.Session(graph=graph) as s:
+        s.run(a.handle)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="has 2 buckets .asked: 3"):
+            s.run(b.handle)
