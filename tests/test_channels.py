@@ -130,12 +130,13 @@ def test_few_tensors_cross_per_step_and_workers_replay(model, buckets, others):
     ps = "/job:ps/task:0"
     # Before the channels: 37 (small CNN) and 318 (ResNet-20); one push
     # message before the buckets. Each bucket is one message to the PS, and
-    # one reply comes back.
+    # one reply per bucket comes back (each bucket's pull row as soon as its
+    # round is logged, the last with the token; one reply before 2026-11-29).
     assert len(pushed[ps]) == buckets, pushed
     messages = [c for c in crossing if "TlcPackMessage" in c[0]]
     assert len(messages) == buckets and all("/job:worker" in c[1] for c in messages), crossing
     assert _by_ps(crossing, "push") == {ps: buckets + others}, crossing
-    assert _by_ps(crossing, "reply") == {ps: 1}, crossing
+    assert _by_ps(crossing, "reply") == {ps: buckets}, crossing
     # Every step replays the logged messages: one full-precision copy at the
     # start and none after (a log nobody could read made one every step).
     assert syncs == [1, 1]
@@ -156,13 +157,14 @@ def test_resnet20_statistics_on_the_ps_add_one_transfer(updates):
     way: 76 transfers). The step's ops that waited for the updates (minimize
     inside control_dependencies(UPDATE_OPS), or a group with them after it)
     now let the reply wait instead: no control edge comes back from the PS,
-    and backprop does not wait for a round trip (it did: 2 replies)."""
+    and backprop does not wait for a round trip (it did: a reply more)."""
     on_ps, _, checks, _, pushed = _run_cluster("resnet20", 1, 3, statistics="ps",
                                                updates=updates)
     on_workers = _run_cluster("resnet20", 1, 3, statistics="worker", updates=updates)[0]
     assert len(on_ps) <= len(on_workers) + 1, (on_ps, on_workers)
     assert len([c for c in on_ps if "tlc_statistics" in c[0]]) == 1, on_ps
-    assert _by_ps(on_ps, "reply") == {"/job:ps/task:0": 1}, on_ps
+    # One reply per push bucket (3), none more for the statistics.
+    assert _by_ps(on_ps, "reply") == {"/job:ps/task:0": len(pushed["/job:ps/task:0"])}, on_ps
     for check in checks:
         assert check["equal"] is True, check
 
@@ -196,7 +198,7 @@ def test_two_servers_few_messages_each_way_each():
     for task, buckets in pushed.items():
         assert 1 <= len(buckets) <= 3, pushed
         assert sent[task] == len(buckets), (crossing, pushed)
-    assert _by_ps(crossing, "reply") == {"/job:ps/task:0": 1, "/job:ps/task:1": 1}, crossing
+    assert _by_ps(crossing, "reply") == {task: len(b) for task, b in pushed.items()}, crossing
     assert syncs == [1, 1]
     for check in checks:
         assert check["equal"] is True, check
@@ -212,9 +214,11 @@ def test_push_buckets_sets_the_most_messages_per_ps(most):
     assert len(buckets) == most, [len(b) for b in buckets]
 
 
-def test_push_buckets_below_one_is_refused():
-    with pytest.raises(ValueError, match="push_buckets must be >= 1, got 0"):
-        SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), 2, push_buckets=0)
+@pytest.mark.parametrize("bad", [0, 17])
+def test_push_buckets_off_the_pull_log_keys_are_refused(bad):
+    with pytest.raises(ValueError, match=rf"push_buckets must be in \[1, 16\], got {bad}"):
+        SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), 2,
+                              push_buckets=bad)
 
 
 def _ancestors(tensors):
@@ -262,10 +266,13 @@ def test_buckets_go_last_layers_first_each_after_its_own_gradients():
 
 
 def test_each_push_reaches_its_round_gate_last_and_the_update_takes_it_first():
-    """An update must not hold part of a round (tests/test_chief_restart_tokens.py):
-    in the PS's partition, the gate's push waits for every other push of its
-    channel, whatever bucket carries it, and every other take waits for the
-    gate's take."""
+    """An update must not hold part of a bucket's round, nor two updates split
+    a round's buckets (tests/test_chief_restart_tokens.py): in the PS's
+    partition, a bucket's gate push waits for every other push of its bucket
+    and of the buckets sent before; the bucket's other takes wait for its
+    gate's take, and each gate's take for the gate before. A bucket's takes
+    wait for no push of a later bucket: its round is taken (and its pull row
+    logged) while later buckets are still being pushed."""
     graph = tf.Graph()
     with graph.as_default():
         with tf.compat.v1.device("/job:ps/task:0"):
@@ -278,22 +285,42 @@ def test_each_push_reaches_its_round_gate_last_and_the_update_takes_it_first():
                                         push_buckets=3)
             opt.apply_gradients([(tf.ones_like(v), v) for v in variables], global_step=gs)
     views = opt.variables_built
-    assert len({v.push_bucket for v in views.values()}) >= 2  # the gate waits across messages
-    gate, = [v for v in views.values() if v.round_gate]
-    others = [v for v in views.values() if not v.round_gate]
+    buckets = sorted({v.push_bucket for v in views.values()})
+    assert len(buckets) >= 2
+    assert any(len([v for v in views.values() if v.push_bucket == b]) >= 2 for b in buckets)
 
-    def ops_of(accumulator, kind):
-        handle = accumulator.accumulator_ref.op
-        return [c for c in handle.outputs[0].consumers() if kind in c.type]
+    def ops_of(view, kind):
+        handle = view.accumulator.accumulator_ref.op
+        found, = [c for c in handle.outputs[0].consumers() if kind in c.type]
+        return found
 
-    gate_push, = ops_of(gate.accumulator, "Apply")
-    gate_take, = ops_of(gate.accumulator, "Take")
-    for view in others:
-        push, = ops_of(view.accumulator, "Apply")
-        take, = ops_of(view.accumulator, "Take")
-        assert _runs_after(gate_push, push), view.entry.name
-        assert _runs_after(take, gate_take), view.entry.name
-        assert not _runs_after(gate_take, take), view.entry.name
+    gates = {}
+    for b in buckets:
+        gate, = [v for v in views.values() if v.round_gate and v.push_bucket == b]
+        gates[b] = gate
+    for b in buckets:
+        gate_push, gate_take = ops_of(gates[b], "Apply"), ops_of(gates[b], "Take")
+        if b > buckets[0]:
+            assert _runs_after(gate_take, ops_of(gates[b - 1], "Take"))
+        for view in views.values():
+            if view is gates[b]:
+                continue
+            push, take = ops_of(view, "Apply"), ops_of(view, "Take")
+            if view.push_bucket <= b:
+                assert _runs_after(gate_push, push), view.entry.name
+            if view.push_bucket == b:
+                assert _runs_after(take, gate_take), view.entry.name
+                assert not _runs_after(gate_take, take), view.entry.name
+            if view.push_bucket > b:
+                assert not _runs_after(gate_take, push), view.entry.name
+                assert not _runs_after(take_of_bucket(views, b, ops_of), push), view.entry.name
+
+
+def take_of_bucket(views, bucket, ops_of):
+    """The take of a non-gate entry of the bucket, else its gate's."""
+    members = [v for v in views.values() if v.push_bucket == bucket]
+    members.sort(key=lambda v: v.round_gate)
+    return ops_of(members[0], "Take")
 
 
 def _runs_after(op, before):

@@ -28,6 +28,8 @@ def test_static_names_match_the_registries():
     assert list(flagcheck.COMPRESSOR_NAMES) == compressors.names()
     assert list(flagcheck.MODELS) == sorted(models.MODELS)
     assert list(flagcheck.DATASETS) == sorted(data.DATASETS)
+    from tlc.optimizer import channel  # pylint: disable=import-outside-toplevel
+    assert flagcheck.MAX_PUSH_BUCKETS == channel.MAX_BUCKETS
 
 
 @pytest.mark.parametrize("command", [

@@ -18,7 +18,8 @@ MODELS = ("mlp", "resnet110", "resnet20", "resnet32", "small_cnn")
 DATASETS = ("cifar10", "fashion_mnist")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 AT_LEAST_ONE = ("steps", "batch_size", "log_every", "num_ps", "num_workers", "eval_batch",
-                "eval_examples", "push_buckets")
+                "eval_examples")
+MAX_PUSH_BUCKETS = 16  # tlc.optimizer.channel.MAX_BUCKETS (checked by the tests)
 MAX_SEED = 2**31 - 1  # numpy and TF both take it; TF gets seed * 1000 + task
 HINT = "see --helpfull for every flag"
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
@@ -76,7 +77,7 @@ ALLOWED = {
     "pull_compressor": "one of " + ", ".join(COMPRESSOR_NAMES),
     "pull_sparsity_multiplier": "a number in [1, 2), with a 3lc model pull",
     "compress_threshold": "an integer >= 0",
-    "push_buckets": "an integer >= 1",
+    "push_buckets": f"an integer in [1, {MAX_PUSH_BUCKETS}]",
     "statistics": "worker or ps",
     "logdir": "a writable directory",
     "log_every": "an integer >= 1",
@@ -142,6 +143,7 @@ def errors(flags):
         found.append("--compressor=3lc_auto needs --push_budget (seconds a push may take)")
     for flag in AT_LEAST_ONE:
         refuse_unless(getattr(flags, flag) >= 1, flag)
+    refuse_unless(1 <= flags.push_buckets <= MAX_PUSH_BUCKETS, "push_buckets")
     for flag in ("eval_every", "checkpoint_steps", "compress_threshold", "task_index",
                  "trace_steps"):
         refuse_unless(getattr(flags, flag) >= 0, flag)

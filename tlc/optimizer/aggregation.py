@@ -22,16 +22,21 @@ def _build_update(shared, channels, pushes, variable_averages, variables_to_aver
     gs, server, config = shared.global_step, shared.server, shared.config
     aggregated = [pair for pushed in pushes for pair in pushed.aggregated]
     with tf.device(gs.device), tf.name_scope(""):
-        taken = []
-        for grad, _ in aggregated:
-            with tf.control_dependencies([sparse.values_of(grad)]):
-                taken.append(server.takes_in_update.assign_add(1, read_value=False))
-        with tf.control_dependencies(taken):
-            update_op = config.opt.apply_gradients(aggregated)
-        with tf.control_dependencies([update_op]):
+        counted = {}
+        for pushed in pushes:
+            for name, decoded in pushed.decoded.items():
+                with tf.control_dependencies([sparse.values_of(decoded.aggregated)]):
+                    counted[name] = server.takes_in_update.assign_add(1, read_value=False)
+        # Begun once every channel's first bucket is taken: before any master
+        # or shadow changes (a full-precision copy compares it to the step).
+        first = [counted[name] for pushed in pushes for name in _first_bucket(pushed)]
+        with tf.control_dependencies(first):
             step = server.pull_begin.assign_add(1)
-    logs = [pull_log.build(shared, c, p, step) if c.pulled else None
-            for c, p in zip(channels, pushes)]
+        applied = _apply(config, pushes, counted, step)
+        update_op = tf.group(*[op for per_channel in applied for ops in per_channel
+                               for op in ops])
+    logs = [pull_log.build(shared, c, p, step, a + [[update_op]]) if c.pulled else None
+            for c, p, a in zip(channels, pushes, applied)]
     pull_ops = [update_op] + [log.op for log in logs if log is not None]
     with tf.device(gs.device), tf.name_scope(""):
         stamps = timing.stamps(gs.device, [[sparse.values_of(g) for g, _ in aggregated],
@@ -51,7 +56,53 @@ def _build_update(shared, channels, pushes, variable_averages, variables_to_aver
             server.token_queue, [sync_op], close_op=tf.no_op(),
             cancel_op=server.token_queue.close(cancel_pending_enqueues=True),
             queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError))
-    return Update(runner, logs)
+    return Update(runner, logs, [c.board for c in channels if c.board is not None])
+
+
+def _first_bucket(pushed):
+    for names in pushed.buckets:
+        if names:
+            return names
+    return []
+
+
+def splits_by_bucket(opt):
+    """Whether the inner optimizer can apply each push bucket on its own
+    (one apply_gradients per bucket): a TF v1 optimizer whose _finish is the
+    base one's, so nothing it does once per apply (Adam's beta powers)
+    would run once per bucket."""
+    base = tf.compat.v1.train.Optimizer
+    return isinstance(opt, base) and type(opt)._finish is base._finish  # pylint: disable=protected-access
+
+
+def _apply(config, pushes, counted, step):
+    """Per channel, a list of update ops per push bucket, each after its own
+    bucket's takes, if the inner optimizer splits by bucket; else one apply
+    of every gradient (after every take) in each bucket's place."""
+    def pairs(pushed, names):
+        by_name = dict(zip(_var_list_order(pushed), pushed.aggregated))
+        return [by_name[n] for n in names]
+
+    if not splits_by_bucket(config.opt):
+        with tf.control_dependencies([step] + list(counted.values())):
+            op = config.opt.apply_gradients(
+                [pair for pushed in pushes for pair in pushed.aggregated])
+        return [[[op]] * len(pushed.buckets) for pushed in pushes]
+    applied = []
+    for pushed in pushes:
+        per_bucket = []
+        for names in pushed.buckets:
+            with tf.control_dependencies([step] + [counted[n] for n in names]):
+                per_bucket.append([config.opt.apply_gradients(pairs(pushed, names[::-1]))]
+                                  if names else [])
+        applied.append(per_bucket)
+    return applied
+
+
+def _var_list_order(pushed):
+    """The pushed names in the order of pushed.aggregated (buckets hold them
+    last layers first)."""
+    return [name for names in pushed.buckets for name in names][::-1]
 
 
 # Errors of a connection or a session, not of the update itself.

@@ -7,9 +7,13 @@ its token (one fused message). How the messages travel is wire.py; what goes in 
 pull_log.py and replay.py."""
 import tensorflow as tf
 
+from tlc import ops
 from tlc.optimizer import push, records, sparse, wire
 
 PUSH_HEAD = ("local_step", "local_version", "is_chief")
+# Push messages per PS at most: the pull log keys a bucket's row of a step
+# as step * ROW_KEYS + bucket.
+MAX_BUCKETS = ROW_KEYS = 16
 # One push message when its float32 gradients are smaller than this (each
 # message costs a head and an RPC); else up to Config.push_buckets.
 ONE_BUCKET_BELOW_BYTES = 64 * 1024
@@ -24,15 +28,27 @@ class Channel:
         # Pulled by the workers: local copies of trained or untrained variables.
         self.pulled = [e for e in entries if e.is_pulled]
         self.statistics = [e for e in entries if e.kind == "statistic"]
-        # The pull log (not saved), keyed by step.
-        self.log = None
+        # The pull log (not saved), a row per push bucket and step, and the
+        # board of the rounds each bucket has logged (the replies wait on it).
+        self.log = self.board = None
         if self.pulled:
             # Made with no control inputs: apply_gradients may run under the
             # user's (UPDATE_OPS around minimize()), and the chief's update
             # and the init op use the log: they would run the forward pass.
+            where = self.device.strip("/").replace("/", "_").replace(":", "_")
             with tf.device(self.device), tf.control_dependencies(None):
-                self.log = _shared_table(
-                    "tlc_pull_log_" + self.device.strip("/").replace("/", "_").replace(":", "_"))
+                self.log = _shared_table("tlc_pull_log_" + where)
+                self.board = ops.RoundBoard(MAX_BUCKETS, shared_name="tlc_round_board_" + where,
+                                            name="tlc_round_board")
+
+    def pulled_by_bucket(self, buckets):
+        """The pulled entries of each push bucket's pull row (buckets: lists
+        of entries), in pull order; the entries pulled but not pushed go in
+        the last row, which is logged after the whole update."""
+        bucket_of = {e.name: i for i, bucket in enumerate(buckets) for e in bucket}
+        last = len(buckets) - 1
+        return [[e for e in self.pulled if bucket_of.get(e.name, last) == i]
+                for i in range(len(buckets))]
 
     # -------------------------------------------------------------- push --
     def build_push(self, shared, grads):
@@ -46,11 +62,11 @@ class Channel:
         pushed = [e for e in self.entries if e.name in grads]
         buckets = push_buckets(pushed, shared.config.push_buckets)
         encoded, messages, templates, nbytes = self._send(shared, grads, pushed, buckets)
-        heads, ops, decoded, gate, worker_version = self._receive(shared, buckets, encoded,
-                                                                  messages, templates)
+        heads, ops_, decoded, gates, worker_version = self._receive(shared, buckets, encoded,
+                                                                    messages, templates)
         return records.ChannelPush(
-            encoded=encoded, decoded=decoded, ops=ops, heads=heads, messages=messages,
-            buckets=[[e.name for e in bucket] for bucket in buckets], gate=gate,
+            encoded=encoded, decoded=decoded, ops=ops_, heads=heads, messages=messages,
+            buckets=[[e.name for e in bucket] for bucket in buckets], gates=gates,
             worker_version=worker_version, nbytes=nbytes,
             seconds=[x.seconds for x in encoded.values() if x.seconds is not None],
             aggregated=[(decoded[e.name].aggregated, e.master) for e in pushed])
@@ -79,20 +95,21 @@ class Channel:
 
     def _receive(self, shared, buckets, encoded, messages, templates):
         """The PS's half: (each message's head, every push op, each entry's
-        records.Decoded, the round's gate entry or None, the pushing
+        records.Decoded, each bucket's gate entry or None, the pushing
         worker's model version as the PS reads it for its reply).
 
         It follows from the messages alone: no control edges from the
-        worker's graph (e.g. UPDATE_OPS around minimize()) cross. The round's
-        gate: each worker's push into the accumulator decoded last comes
-        after its others, and the chief's update takes the gate first and
-        the others after it. Until a round is complete an update has taken
-        nothing, so an update that outlives its session on the PS (a cut
-        link leaves no reset) cannot have taken part of a round when a new
-        chief's update starts beside it."""
-        pushed = [e for bucket in buckets for e in bucket]
-        gate = pushed[-1].name if pushed else None
-        heads, ops, made, decoded = [], [], {}, {}
+        worker's graph (e.g. UPDATE_OPS around minimize()) cross. A bucket's
+        round gate: each worker's push into the bucket's accumulator decoded
+        last comes after its others, and the chief's update takes the gate
+        first and the bucket's others after it, so a bucket's round is taken
+        whole once it is complete (and its pull can leave while later
+        buckets' pushes arrive). The gates are taken in bucket order, each
+        after the one before: two updates on the PS (one outliving its
+        session: a cut link leaves no reset) cannot split a round's buckets
+        between them."""
+        gates = [bucket[-1].name if bucket else None for bucket in buckets]
+        heads, ops_, made, decoded = [], [], {}, {}
         with tf.device(self.device), tf.control_dependencies(None):
             for i, (bucket, message, parts) in enumerate(zip(buckets, messages, templates)):
                 received = wire.unpack(message, parts,
@@ -102,26 +119,32 @@ class Channel:
                 at = 1
                 for entry in bucket:
                     n = len(encoded[entry.name].parts)
-                    after = list(ops) if entry.name == gate else []
+                    after = list(ops_) if entry.name == gates[i] else []
                     made[entry.name] = push.decode(shared, entry, received[at:at + n],
                                                    local_step, after)
-                    ops.append(made[entry.name][0])
+                    ops_.append(made[entry.name][0])
                     at += n
                 if i == 0:
-                    ops += [self._keep_statistic(e, v)
-                            for e, v in zip(self.statistics, received[at:])]
+                    ops_ += [self._keep_statistic(e, v)
+                             for e, v in zip(self.statistics, received[at:])]
             # Every head carries the version; the first bucket's arrives first.
             worker_version = heads[0][1]
-            gate_taken = made[gate][2]() if pushed else None
-            for entry in reversed(pushed):  # var_list order, as the takes were always made
-                op, accumulator, take = made[entry.name]
-                if entry.name == gate:
-                    taken = gate_taken
-                else:
-                    with tf.control_dependencies([sparse.values_of(gate_taken)]):
-                        taken = take()
-                decoded[entry.name] = records.Decoded(op, taken, accumulator)
-        return heads, ops, decoded, gate, worker_version
+            previous = []
+            for bucket, gate in zip(buckets, gates):
+                if gate is None:
+                    continue
+                with tf.control_dependencies(previous):
+                    gate_taken = made[gate][2]()
+                previous = [sparse.values_of(gate_taken)]
+                for entry in reversed(bucket):  # var_list order, as the takes were always made
+                    op, accumulator, take = made[entry.name]
+                    if entry.name == gate:
+                        taken = gate_taken
+                    else:
+                        with tf.control_dependencies(previous):
+                            taken = take()
+                    decoded[entry.name] = records.Decoded(op, taken, accumulator)
+        return heads, ops_, decoded, gates, worker_version
 
     @staticmethod
     def _statistic_part(worker, entry):

@@ -1,10 +1,12 @@
 """A channel's pull log: on its PS, after the chief's update, each model
 delta is compressed once (master - shadow, applied to the shadow), the
-channel's parts go into one step message, and the message is kept in a log
-keyed by step that every worker reads (the same bytes for all)."""
+parts of each push bucket's variables go into one row of the step, and the
+rows are kept in a log keyed by step and row that every worker reads (the
+same bytes for all)."""
 import tensorflow as tf
 
 from tlc.optimizer import sparse, wire
+from tlc.optimizer.channel import ROW_KEYS
 from tlc.optimizer.records import PullLog
 
 
@@ -47,20 +49,46 @@ def record(shared, entry, decoded):
         return payload, assign, payload
 
 
-def build(shared, channel, pushed, step):
-    """Logs the channel's step message under `step` (after the update).
-    pushed: the channel's records.ChannelPush. Returns its records.PullLog."""
-    logged, payloads = {}, {}
-    with tf.device(channel.device), tf.control_dependencies([step]):
-        parts, applied = [], []
-        for entry in channel.pulled:
-            logged[entry.name], assign, payloads[entry.name] = record(
-                shared, entry, pushed.decoded.get(entry.name))
-            parts += logged[entry.name]
-            applied += [assign] if assign is not None else []
-        row = wire.to_row(wire.pack(parts))
-        key = tf.cast(step, tf.int64)
-        inserted = channel.log.insert(key[None], row[None])
-        with tf.control_dependencies([inserted]):
-            pruned = channel.log.remove((key - shared.config.pull_log_size)[None])
-        return PullLog(tf.group(pruned, *applied), logged, payloads)
+def row_groups(channel, pushed):
+    """The channel's pull rows of a step: [(the push bucket it waits for,
+    its pulled entries)] for the buckets that pull something, in push order;
+    the entries pulled but not pushed go in the last bucket's row."""
+    entries_of = {e.name: e for e in channel.entries}
+    buckets = [[entries_of[n] for n in names] for names in pushed.buckets]
+    return [(b, entries) for b, entries in enumerate(channel.pulled_by_bucket(buckets))
+            if entries]
+
+
+def row_keys(step, row, count=1):
+    """The log's keys of `row` for `count` steps from `step` on."""
+    steps = tf.range(tf.cast(step, tf.int64), tf.cast(step, tf.int64) + count)
+    return steps * ROW_KEYS + row
+
+
+def build(shared, channel, pushed, step, applied):
+    """Logs the channel's rows of `step` (after the update began it), each
+    once the update ops that change its variables ran (applied[b]: push
+    bucket b's; the last row waits for the whole update), and then tells
+    the board its round is in: a worker's reply for that row can leave
+    while later buckets are still being pushed. pushed: the channel's
+    records.ChannelPush. Returns its records.PullLog."""
+    logged, payloads, done = {}, {}, []
+    groups = row_groups(channel, pushed)
+    for row, (bucket, entries) in enumerate(groups):
+        last = row == len(groups) - 1
+        after = applied[-1] if last else applied[bucket]
+        with tf.device(channel.device), tf.control_dependencies([step] + after):
+            parts, assigns = [], []
+            for entry in entries:
+                logged[entry.name], assign, payloads[entry.name] = record(
+                    shared, entry, pushed.decoded.get(entry.name))
+                parts += logged[entry.name]
+                assigns += [assign] if assign is not None else []
+            message = wire.to_row(wire.pack(parts))
+            key = row_keys(step, row)
+            inserted = channel.log.insert(key, message[None])
+            with tf.control_dependencies([inserted]):
+                pruned = channel.log.remove(key - shared.config.pull_log_size * ROW_KEYS)
+            with tf.control_dependencies([pruned] + assigns):
+                done.append(channel.board.publish(row, step))
+    return PullLog(tf.group(*done), logged, payloads, [entries for _, entries in groups])

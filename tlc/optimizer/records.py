@@ -37,7 +37,7 @@ class ChannelPush:
     decoded: Dict[str, Decoded]   # entry name -> PS side
     ops: List[Any]                # every push op on the PS (statistics included)
     buckets: List[List[str]]      # entry names per message, last layers first
-    gate: Optional[str]           # the entry whose push comes last and is taken first (None: none pushed)
+    gates: List[Optional[str]]    # per bucket: the entry whose push comes last and is taken first
     messages: List[Any]           # each bucket's packed message, on the worker
     heads: List[Any]              # each message's header, on the PS
     worker_version: Any           # the pushing worker's model version, on the PS
@@ -50,9 +50,10 @@ class ChannelPush:
 class PullLog:
     """What one PS logs per step: each pulled variable's record parts (the
     templates the worker decodes the message with) and the pull payloads."""
-    op: Any                              # log the step's message, update shadows
-    records: Dict[str, List[Any]]        # entry name -> its parts in the message
+    op: Any                              # log the step's rows, update shadows, publish
+    records: Dict[str, List[Any]]        # entry name -> its parts in its row
     payloads: Dict[str, Optional[List[Any]]]  # entry name -> compressed pull payload
+    rows: List[List[Any]]                # each row's entries, in push order (the last: after the token)
 
     def templates(self, entries):
         return [t for e in entries for t in self.records[e.name]]
@@ -64,6 +65,7 @@ class Update:
     (None for a channel that nobody pulls from)."""
     runner: Any
     pull_logs: List[Optional[PullLog]]
+    boards: List[Any]                    # the round boards of the channels pulling something
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +77,7 @@ class VariableView:
     push_bucket: Optional[int]       # which of its PS's push messages (0: sent first)
     push_memory: List[Any]           # its error-feedback variables on the worker
     accumulator: Any                 # its accumulator on the PS (None: not pushed)
-    round_gate: bool                 # its push comes last in its channel and is taken first
+    round_gate: bool                 # its push comes last in its bucket and is taken first
     pull_payload: Optional[List[Any]]  # its compressed pull payload (None: not compressed)
 
 
@@ -94,7 +96,7 @@ def variable_views(entries, pushes, update):
             push_bucket=bucket_of.get(e.name),
             push_memory=list(enc.memory) if enc else [],
             accumulator=dec.accumulator if dec else None,
-            round_gate=any(p.gate == e.name for p in pushes),
+            round_gate=any(e.name in p.gates for p in pushes),
             pull_payload=payloads.get(e.name))
     return views
 
@@ -108,11 +110,12 @@ class ChannelView:
     push_buckets: List[List[str]]    # variable names per push message, in sending order
     pull_log: Any                    # its step -> message table (None: nothing pulled)
     reply: Any                       # the reply a worker reads after its token, on the PS
+    replies: List[Any]               # every reply of a step (the early rows' first), on the PS
 
 
 def channel_views(channels, step):
     """[ChannelView] from the channels and the step's records, the global step's PS first."""
     return [ChannelView(device=c.device, variables=[e.name for e in c.entries],
                         push_buckets=[list(b) for b in pushed.buckets],
-                        pull_log=c.log, reply=reply)
-            for c, pushed, reply in zip(channels, step.pushes, step.replies)]
+                        pull_log=c.log, reply=replies[-1], replies=list(replies))
+            for c, pushed, replies in zip(channels, step.pushes, step.replies)]

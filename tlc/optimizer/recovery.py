@@ -27,6 +27,7 @@ from tensorflow.python.ops import resource_variable_ops, resources  # pylint: di
 
 from tlc import session as tlc_session
 from tlc.optimizer import state
+from tlc.optimizer.channel import ROW_KEYS
 
 
 class ModelLostError(RuntimeError):
@@ -60,7 +61,7 @@ def check_not_behind(seen, now, who):
 class Recovery:
     """The model back on restarted parameter servers (see the module's docstring)."""
 
-    def __init__(self, shared, entries, pull_logs):
+    def __init__(self, shared, entries, pull_logs, boards):
         worker = shared.worker
         with tf.device(shared.worker_host):
             # Step of the copy the init op restored (-1: none since last asked).
@@ -79,6 +80,7 @@ class Recovery:
                 tf.compat.v1.is_variable_initialized(worker.local_version))
             self._local_version = worker.local_version.read_value()
         self._shared, self._entries, self._pull_logs = shared, entries, pull_logs
+        self._boards = boards
         self.init_op = None
         self._afresh_candidates = set()  # names of what a restore starts afresh (slots)
         self._live_step = None
@@ -166,6 +168,9 @@ class Recovery:
             step = tf.cast(local_version, gs.dtype.base_dtype)
             if resource_variable_ops.is_resource_variable(gs):
                 restore.append(gs.assign(step, read_value=False))
+            # The boards back too: a reply must not take a row logged
+            # before the restore for one of the steps to come.
+            restore += [board.reset(tf.cast(local_version, tf.int64)) for board in self._boards]
             restore += [server.pull_begin.assign(step, read_value=False),
                         server.takes_in_update.assign(0, read_value=False),
                         server.update_seconds.assign(server.update_seconds.initial_value,
@@ -273,7 +278,7 @@ class _Seen:
 
 def _live_step(global_step, pull_logs):
     """The newest step a PS that kept its state holds (the global step, or
-    the newest row of a pull log), else -1; read before the restore writes
+    the newest row of a pull log: keys are step * ROW_KEYS + row), else -1; read before the restore writes
     the global step. A reference variable cannot be read conditionally: its
     global step counts as -1."""
     newest = [tf.constant(-1, tf.int64)]
@@ -284,8 +289,9 @@ def _live_step(global_step, pull_logs):
                                   lambda: tf.constant(-1, tf.int64)))
     for log in pull_logs:
         with tf.device(log.resource_handle.device):
-            steps, _ = log.export()  # only the maximum leaves the PS
-            newest.append(tf.reduce_max(tf.concat([steps, tf.constant([-1], tf.int64)], 0)))
+            keys, _ = log.export()  # only the maximum leaves the PS
+            newest.append(tf.math.floordiv(
+                tf.reduce_max(tf.concat([keys, tf.constant([-1], tf.int64)], 0)), ROW_KEYS))
     return tf.reduce_max(tf.stack(newest))
 
 

@@ -1,7 +1,12 @@
-"""A channel's reply and the worker's replay. After the token, the PS answers
-each worker's push with one message: the token, the model version, whether
-its log holds every step the worker lacks, and those steps' messages. The
-worker applies them in order to its local copies (one step behind: no loop)."""
+"""A channel's replies and the worker's replay. A channel's pull log holds
+a row per push bucket and step (pull_log.py). The worker's reply for each
+row but the last leaves as soon as the PS has logged the round its push went
+into (the round board): those rows cross while later buckets are still being
+pushed. The last reply leaves after the token: the token, the model version,
+whether the log holds every step the worker lacks, the last row's messages
+and those of the earlier rows logged after their replies left. The worker
+applies each row's messages in order to its local copies (one step behind:
+no loop)."""
 import tensorflow as tf
 
 from tlc.optimizer import pull_log, sparse, wire
@@ -9,41 +14,76 @@ from tlc.optimizer import pull_log, sparse, wire
 HEAD = ("token", "server_version", "count", "found")
 
 
-def build_reply(shared, channel, local_version, server_version, token, ps_seconds):
-    """On the channel's PS: the reply to a worker at `local_version`."""
+def build_replies(shared, channel, logged, pushed, server_version, token, ps_seconds):
+    """On the channel's PS: the replies to a worker at the version its push
+    carries (pushed: the channel's records.ChannelPush; logged: its
+    records.PullLog, or None if nothing is pulled). The last is the one
+    after the token."""
     size = shared.config.pull_log_size
+    local_version = pushed.worker_version
     with tf.device(channel.device), tf.control_dependencies(None):
+        early, late_from = [], []
+        groups = pull_log.row_groups(channel, pushed) if channel.pulled else []
+        for row, (bucket, _) in enumerate(groups[:-1]):
+            local_step = pushed.heads[bucket][0]
+            logged_round = channel.board.wait(row, local_step + 1, name="tlc_wait_for_row")
+            count = tf.clip_by_value(logged_round - local_version, 0, size)
+            early.append(channel.log.lookup(pull_log.row_keys(local_version + 1, row, count)))
+            late_from.append(local_version + count)
         behind = server_version - local_version
         count = tf.clip_by_value(behind, 0, size)
         found = tf.logical_and(behind >= 0, behind <= size)
-        if channel.pulled:
-            rows = channel.log.lookup(tf.range(local_version + 1, local_version + 1 + count))
-            found = tf.logical_and(found, tf.reduce_all(tf.not_equal(rows, "")))
-        else:
-            rows = tf.zeros([0], tf.string)
-        head = tf.stack([tf.cast(token, tf.int64), server_version, count, tf.cast(found, tf.int64)])
-        return tf.concat([tf.stack([tf.io.serialize_tensor(head),
-                                    tf.io.serialize_tensor(ps_seconds)]), rows], 0)
+        rows, late_counts = [], []
+        if groups:
+            rows.append(channel.log.lookup(
+                pull_log.row_keys(local_version + 1, len(groups) - 1, count)))
+            for row, start in enumerate(late_from):
+                late = tf.clip_by_value(server_version - start, 0, size)
+                late_counts.append(late)
+                rows.append(channel.log.lookup(pull_log.row_keys(start + 1, row, late)))
+            present = tf.concat(rows + early, 0)
+            found = tf.logical_and(found, tf.reduce_all(tf.not_equal(present, "")))
+        head = tf.stack([tf.cast(token, tf.int64), server_version, count,
+                         tf.cast(found, tf.int64)] + late_counts)
+        last = tf.concat([tf.stack([tf.io.serialize_tensor(head),
+                                    tf.io.serialize_tensor(ps_seconds)])]
+                         + (rows or [tf.zeros([0], tf.string)]), 0)
+        return early + [last]
 
 
-def read_reply(reply):
-    """On the worker: (head dict, PS seconds, logged rows)."""
-    head = tf.io.parse_tensor(reply[0], tf.int64)
-    head.set_shape([len(HEAD)])
-    seconds = tf.io.parse_tensor(reply[1], tf.float64)
+def read_replies(replies):
+    """On the worker: (head dict, PS seconds, each row's messages since the
+    worker's version, as many as the head's count or more)."""
+    *early, last = replies
+    head = tf.io.parse_tensor(last[0], tf.int64)
+    head.set_shape([len(HEAD) + len(early)])
+    seconds = tf.io.parse_tensor(last[1], tf.float64)
     seconds.set_shape([])
-    return dict(zip(HEAD, tf.unstack(head))), seconds, reply[2:]
+    fields = dict(zip(HEAD, tf.unstack(head[:len(HEAD)])))
+    at = 2 + fields["count"]
+    rows = []
+    for row, late in zip(early, tf.unstack(head[len(HEAD):], num=len(early))):
+        rows.append(tf.concat([row, last[at:at + late]], 0))
+        at += late
+    rows.append(last[2:2 + fields["count"]])
+    return fields, seconds, rows
 
 
 def replay(shared, channel, logged, rows, steps):
-    """Applies the first `steps` logged messages to the channel's local copies.
+    """Applies the first `steps` logged messages of each of the channel's
+    rows (rows: their messages, from read_replies) to its local copies.
     logged: the channel's records.PullLog (what its messages hold). Returns
     the assign ops."""
-    entries = channel.pulled
-    if not entries:
+    if logged is None:
         return []
+    return [op for i, (entries, messages) in enumerate(zip(logged.rows, rows))
+            for op in _replay_row(shared, logged, entries, messages, steps,
+                                  f"pull message of {channel.device}" if len(rows) == 1 else
+                                  f"pull message (row {i + 1} of {len(rows)}) of {channel.device}")]
+
+
+def _replay_row(shared, logged, entries, rows, steps, what):
     dense = [e for e in entries if not e.pull_rows]
-    what = f"pull message of {channel.device}"
 
     def apply_row(values, row):
         parts = wire.unpack(wire.from_row(row), logged.templates(entries), what)

@@ -45,8 +45,12 @@ class SessionOps:
         ensured += [state.ensure_initialized(e.shadow, lambda e=e: state.value_copy(e.master))
                     for e in entries if e.shadow is not None]
         with tf.control_dependencies(ensured):
+            # The boards at the global step, every wait on them ended: a
+            # reply waiting for a row the dead update never logs leaves with
+            # the rows there are (the reply after the token brings the rest).
             chief_init = [self.hook_local_init_op,
                           server.pull_begin.assign(gs.read_value(), read_value=False),
+                          *[board.reset(gs.read_value()) for board in step.update.boards],
                           _after_initializer(worker.is_chief, lambda: worker.is_chief.assign(
                               True, read_value=False))]
             accumulators = {name: decoded.accumulator for pushed in step.pushes

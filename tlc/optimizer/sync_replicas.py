@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from tlc import replica, statistic_updates
 from tlc.compressors import Compressor, Float32, ThreeLC, create
-from tlc.optimizer import layout, records, startup, timing, worker_step
+from tlc.optimizer import channel, layout, records, startup, timing, worker_step
 from tlc.optimizer.full_sync import FullSync
 from tlc.optimizer.hook import SyncReplicasHook
 from tlc.optimizer.recovery import Recovery
@@ -51,8 +51,9 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
             raise ValueError(f"compress_threshold must be >= 0, got {compress_threshold}")
         if pull_log_size < 1:
             raise ValueError(f"pull_log_size must be >= 1, got {pull_log_size}")
-        if push_buckets < 1:
-            raise ValueError(f"push_buckets must be >= 1, got {push_buckets}")
+        if not 1 <= push_buckets <= channel.MAX_BUCKETS:
+            raise ValueError(f"push_buckets must be in [1, {channel.MAX_BUCKETS}], "
+                             f"got {push_buckets}")
         super().__init__(use_locking, name)
         compressor = _as_compressor(compressor, "compressor") or ThreeLC(1.0)
         pull_compressor = _as_compressor(pull_compressor, "pull_compressor") or (
@@ -329,13 +330,14 @@ class _Built:
         self.step = step
         self.full_sync = FullSync(shared, entries)
         self.recovery = Recovery(shared, entries,
-                                 [c.log for c in channels if c.log is not None])
+                                 [c.log for c in channels if c.log is not None],
+                                 step.update.boards)
         self.session_ops = SessionOps(shared, entries, step, train_op, made_local)
 
     def statistics_wait_in_replies(self):
         """Ops waiting for a PS-kept statistic's update wait no more: the
         step's reply on that PS does (tlc/statistic_updates.py)."""
-        replies = {c.device: r.op for c, r in zip(self.channels, self.step.replies)}
+        replies = {c.device: r[-1].op for c, r in zip(self.channels, self.step.replies)}
         statistic_updates.wait_in_replies(self.shared.global_step.graph, replies)
 
     def for_recipe_without_hook(self):

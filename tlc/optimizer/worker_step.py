@@ -20,7 +20,7 @@ class Step:
     local_version: Any
     traffic: Dict[str, Any]
     pushes: List[records.ChannelPush]   # per channel
-    replies: List[Any]                  # per channel: the reply, on its PS
+    replies: List[List[Any]]            # per channel: its replies, on its PS (the last after the token)
     update: records.Update
 
 
@@ -45,19 +45,23 @@ def build(shared, channels, grads, variable_averages, variables_to_average, stat
         token = take_token(shared, push_ops)
         with tf.control_dependencies([token]):
             server_version = tf.cast(gs.read_value(), tf.int64)
-    replies = [replay.build_reply(shared, c, p.worker_version, server_version,
-                                  token if i == 0 else server_version, seconds)
-               for i, (c, p, seconds) in enumerate(zip(channels, pushes, ps_timing))]
+    replies = [replay.build_replies(shared, c, logged, p, server_version,
+                                    token if i == 0 else server_version, seconds)
+               for i, (c, logged, p, seconds) in enumerate(zip(channels, update.pull_logs,
+                                                               pushes, ps_timing))]
     with tf.device(host):
-        read = [replay.read_reply(r) for r in replies]
+        read = [replay.read_replies(r) for r in replies]
         heads = [h for h, _, _ in read]
         token, version = heads[0]["token"], heads[0]["server_version"]
         found = tf.reduce_all(tf.stack([tf.cast(h["found"], tf.bool) for h in heads]))
         steps = tf.where(found, heads[0]["count"], tf.zeros([], tf.int64))
-        replayed, pulled = [], tf.constant(0, tf.int64)
+        replayed = []
         for channel, logged, (_, _, rows) in zip(channels, update.pull_logs, read):
             replayed += replay.replay(shared, channel, logged, rows, steps)
-            pulled += tf.reduce_sum(tf.cast(tf.strings.length(rows), tf.int64))
+        pulled = tf.add_n([tf.constant(0, tf.int64)] + [
+            tf.reduce_sum(tf.cast(tf.strings.length(r), tf.int64))
+            for per_channel in replies for r in per_channel[:-1]] + [
+            tf.reduce_sum(tf.cast(tf.strings.length(r[-1][2:]), tf.int64)) for r in replies])
         push_bytes = tf.add_n([pushed.nbytes for pushed in pushes])
         worker_stamps = timing.stamps(host, [[], [sparse.values_of(g) for g in grads.values()],
                                              [token], replayed])
