@@ -18,7 +18,7 @@ pytestmark = pytest.mark.cluster
 
 
 def _build(model, worker_id, num_ps, replicas=2, statistics="worker", updates="around",
-           **options):
+           inner=lambda: tf.compat.v1.train.MomentumOptimizer(0.01, 0.9), **options):
     """One worker's graph: the model under local copies, TF's placement. The
     model's UPDATE_OPS are control dependencies of minimize() ("around", the
     TF 1 idiom) or grouped with its op after it ("grouped", the main job's way)."""
@@ -37,7 +37,7 @@ def _build(model, worker_id, num_ps, replicas=2, statistics="worker", updates="a
                           else models.small_cnn(images, 10, True))
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
                 labels=labels, logits=logits))
-            opt = SyncReplicasOptimizer(tf.compat.v1.train.MomentumOptimizer(0.01, 0.9), replicas, replicas,
+            opt = SyncReplicasOptimizer(inner(), replicas, replicas,
                                         compressor=ThreeLC(1.0), **options)
             update_ops = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
             if updates == "around":
@@ -222,14 +222,51 @@ def test_push_buckets_off_the_pull_log_keys_are_refused(bad):
 
 
 def _ancestors(tensors):
-    """Every op `tensors` depend on, through data and control edges."""
-    seen, stack = set(), [t.op for t in tensors]
+    """Every op `tensors` (or ops) depend on, through data and control edges."""
+    seen, stack = set(), [t if isinstance(t, tf.Operation) else t.op for t in tensors]
     while stack:
         op = stack.pop()
         if op not in seen:
             seen.add(op)
             stack += [t.op for t in op.inputs] + list(op.control_inputs)
     return seen
+
+
+@pytest.mark.parametrize("inner,early", [("momentum", True), ("adam", False)])
+def test_a_bucket_s_reply_leaves_before_later_buckets_are_pushed(inner, early):
+    """ResNet-20 on one PS (3 push buckets): each bucket's pull row is
+    logged after its own round only, and its reply (all but the last) waits
+    for neither a later bucket's push nor the token, so it crosses while
+    later buckets are still being pushed. The last reply comes after the
+    token. Adam updates once per step (its _finish): its rows wait for the
+    whole update, but their replies still leave without the token."""
+    opt_of = {"momentum": lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9),
+              "adam": lambda: tf.compat.v1.train.AdamOptimizer(0.01)}[inner]
+    graph, opt, _ = _build("resnet20", 0, 1, inner=opt_of)
+    views = opt.variables_built
+    channel, = opt.channels_built
+    assert len(channel.push_buckets) == 3 and len(channel.replies) == 3
+    pushes = {name: view.accumulator.accumulator_ref.op for name, view in views.items()
+              if view.accumulator is not None and hasattr(view.accumulator, "accumulator_ref")}
+
+    def ops_of(bucket, kind):
+        return {c for name in channel.push_buckets[bucket] if name in pushes
+                for c in pushes[name].outputs[0].consumers() if kind in c.type}
+
+    token = {op for op in graph.get_operations() if op.type == "QueueDequeueV2"}
+    published = {int(tf.get_static_value(op.inputs[1])): op for op in graph.get_operations()
+                 if op.type == "TlcRoundBoardPublish"}
+    assert token and sorted(published) == [0, 1, 2]
+    for row, reply in enumerate(channel.replies[:-1]):
+        before = _ancestors([reply])
+        later = set().union(*[ops_of(b, "Apply") for b in range(row + 1, 3)])
+        assert any(op.type == "TlcRoundBoardWait" for op in before), row
+        assert not token & before and not later & before, row
+        logged = _ancestors([published[row]])
+        assert ops_of(row, "Take") <= logged, row
+        later_takes = set().union(*[ops_of(b, "Take") for b in range(row + 1, 3)])
+        assert bool(later_takes & logged) != early, row
+    assert token & _ancestors([channel.replies[-1]])
 
 
 def test_buckets_go_last_layers_first_each_after_its_own_gradients():

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from local_cluster import create_local_cluster, worker_graph_with_model
-from tlc import Float32, SyncReplicasOptimizer
+from tlc import Float32, SyncReplicasOptimizer, ThreeLC
 from tlc.session import training_session
 
 pytestmark = pytest.mark.cluster
@@ -26,7 +26,7 @@ NUM_WORKERS = 2
 WORKER_0_GRADIENT = {"v0": 0.1, "v1": 0.5}
 
 
-def build_worker(worker_id):
+def build_worker(worker_id, compressor=Float32):
     graph, worker, global_step, (var_0, var_1) = worker_graph_with_model(
         worker_id, [("v0", np.zeros(2000, np.float32)), ("v1", np.ones(3, np.float32))])
     with graph.as_default():
@@ -34,7 +34,7 @@ def build_worker(worker_id):
             grads = [tf.fill([2000], WORKER_0_GRADIENT["v0"] + worker_id),
                      tf.fill([3], WORKER_0_GRADIENT["v1"] + worker_id)]
             opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),
-                                        NUM_WORKERS, NUM_WORKERS, compressor=Float32())
+                                        NUM_WORKERS, NUM_WORKERS, compressor=compressor())
             train_op = opt.apply_gradients(zip(grads, [var_0, var_1]), global_step=global_step)
         accumulator = opt.variables_built["v0"].accumulator
         # What a chief's update does first: take v0's gradients.
@@ -102,9 +102,9 @@ class Waiting:
     """Workers 0 and 1 made step 0 -> 1; worker 1's session then pushed for
     step 1 and waits on the PS for its token (the chief has not pushed)."""
 
-    def __init__(self, stack):
+    def __init__(self, stack, compressor=Float32):
         self.workers, _ = create_local_cluster(NUM_WORKERS, 1)
-        self.built = [build_worker(i) for i in range(NUM_WORKERS)]
+        self.built = [build_worker(i, compressor) for i in range(NUM_WORKERS)]
         graph, opt, self.chief_train, self.global_step, (applied, self.take_v0) = self.built[0]
         self.chief_graph = graph
         self.chief, self.chief_hook = session(graph, opt, self.workers[0].target, True)
@@ -233,3 +233,45 @@ def test_an_update_of_a_dead_chief_session_beside_a_half_pushed_round_does_not_s
         # round's step: that round's v1 is the mean of three.
         assert view.entry.name == "v1"
         assert_every_round_applied_once(graph, back, first_round_of_v1=(0.5 + 0.5 + 1.5) / 3)
+
+
+def test_chief_back_after_its_update_died_half_applied_leaves_no_worker_off_the_shadows():
+    """With compressed pulls a worker's local copies follow the shadows by
+    deltas. A chief that dies inside its update after it began changing the
+    model (here: v0's master and shadow moved, v1's not, as an update dies
+    between two push buckets) left those changes in the shadows while the
+    waiting worker got a restart token of the old step and never pulled
+    them: its copies differed from the shadows for good, silently (the old
+    code; the window was short then, it is a bucket's push time now). Now
+    the chief back makes the half-applied update a step of its own and every
+    worker copies the model once: every local copy equals its shadow."""
+    def three_lc():
+        return ThreeLC(1.0)
+
+    with contextlib.ExitStack() as stack:
+        w = Waiting(stack, three_lc)
+        w.chief_hook.chief_update_session.close()
+        # The dead chief's update, in a graph of its own (same names, same PS state).
+        dead, opt, _, _, (_, take_v0) = build_worker(0, three_lc)
+        with dead.as_default():
+            begun, = [v for v in tf.compat.v1.get_collection("tlc_server_state")
+                      if v.op.name == "tlc_pull_begin"]
+            v0 = opt.variables_built["v0"].entry
+            assert v0.shadow is not None
+            with tf.device("/job:ps/task:0"):
+                with tf.control_dependencies([begun.assign_add(1)]):
+                    half = tf.group(v0.master.assign_sub(tf.fill([2000], 0.25)),
+                                    v0.shadow.assign_sub(tf.fill([2000], 0.25)))
+        with tf.compat.v1.Session(w.workers[0].target, graph=dead) as raw:
+            raw.run(take_v0)
+            raw.run(half)
+        graph, back_opt, train_op, step, _ = build_worker(0, three_lc)
+        back, _ = session(graph, back_opt, w.workers[0].target, True)
+        stack.callback(back.close)
+        assert back.run(step) == 2  # the half-applied update is a step of its own
+        in_threads(lambda: [back.run(train_op) for _ in range(3)], lambda: w.other_goes_on(3))
+        assert back.run(step) == 5
+        for worker_opt, live in ((back_opt, back), (w.built[1][1], w.other)):
+            check = worker_opt.local_copy_check(live._tf_sess())  # pylint: disable=protected-access
+            assert check["server_version"] == check["local_version"] == 5, check
+            assert check["equal"] is True, check

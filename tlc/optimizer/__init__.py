@@ -5,15 +5,19 @@ tf.compat.v1.train.SyncReplicasOptimizer, plus a `compressor`. Per step
 (the 3LC paper's Figure 1), for each parameter server (one *channel* each):
 
   worker: grads -> compress (error buffers on the worker's host CPU)
-          -> ONE push message (payloads, small gradients, sparse rows, the
-             worker's local step and model version) --> PS
-  PS:     unpack -> decompress -> ConditionalAccumulators (stale pushes dropped)
-  chief:  take `replicas_to_aggregate` grads -> inner optimizer updates masters
-          -> per variable, compress (master - shadow) ONCE, shadow += delta;
-             the channel's parts in ONE step message, logged by step
-          -> global_step += 1 -> tokens
-  worker: token -> ONE reply per PS (token, version, the logged messages it
-          lacks) --> local copy += delta (same op as the shadow: bit-identical).
+          -> a few push messages (buckets, last layers first; payloads,
+             small gradients, sparse rows, the worker's local step and
+             model version) --> PS, each as soon as its gradients are in
+  PS:     unpack -> decompress -> accumulators (stale pushes dropped)
+  chief:  per bucket, once its round is in: take `replicas_to_aggregate`
+          grads -> inner optimizer updates its masters -> per variable,
+          compress (master - shadow) ONCE, shadow += delta; the bucket's
+          parts in ONE row, logged by step; the round board says so
+          -> after every bucket: global_step += 1 -> tokens
+  worker: per bucket, its row's reply as soon as the board has its round
+          (while later buckets are still pushed); the last reply after the
+          token (token, version, what the earlier replies lacked)
+          --> local copy += delta (same op as the shadow: bit-identical).
 
 A worker too far behind (or after a restart) copies the shadow once at full
 precision. Tensors under `compress_threshold` elements are sent uncompressed.
@@ -28,8 +32,8 @@ The pieces (each gets the shared state, state.Shared, explicitly):
   push.py          one variable's push: encode on the worker, decode on the PS
   sparse.py        row-sparse pushes and pulls
   aggregation.py   the chief's update, tokens
-  pull_log.py      the step message a PS logs after each update
-  replay.py        the reply to a worker and its replay
+  pull_log.py      the rows a PS logs after each update
+  replay.py        the replies to a worker and its replay
   worker_step.py   a worker's step across channels
   full_sync.py     full-precision copy and the bitwise consistency check
   startup.py       init ops and tokens for sessions (TF's recipes use them)

@@ -56,7 +56,8 @@ def _build_update(shared, channels, pushes, variable_averages, variables_to_aver
             server.token_queue, [sync_op], close_op=tf.no_op(),
             cancel_op=server.token_queue.close(cancel_pending_enqueues=True),
             queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError))
-    return Update(runner, logs, [c.board for c in channels if c.board is not None])
+    pulled = [c for c in channels if c.pulled]
+    return Update(runner, logs, [c.board for c in pulled], [c.log for c in pulled])
 
 
 def _first_bucket(pushed):

@@ -66,6 +66,7 @@ class Update:
     runner: Any
     pull_logs: List[Optional[PullLog]]
     boards: List[Any]                    # the round boards of the channels pulling something
+    tables: List[Any]                    # their pull logs (the tables)
 
 
 @dataclasses.dataclass(frozen=True)

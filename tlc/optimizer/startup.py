@@ -93,6 +93,13 @@ class SessionOps:
             self.update_interrupted = tf.cond(
                 tf.compat.v1.is_variable_initialized(server.takes_in_update),
                 lambda: server.takes_in_update.read_value() > 0, lambda: False)
+            # The dead update had begun changing masters and shadows (its
+            # step begun, pull_begin > global step): see skip_partial_update.
+            self.update_partial = tf.cond(
+                tf.logical_and(tf.compat.v1.is_variable_initialized(server.pull_begin),
+                               tf.compat.v1.is_variable_initialized(gs)),
+                lambda: server.pull_begin.read_value() > gs.read_value(), lambda: False)
+            self.skip_partial_update = _skip_partial_update(shared, step.update)
             self.release_tokens = self._enqueue(server, config_tokens(shared))
             # One each for the others, so that they push again (the dead
             # update may have taken some accumulators' gradients already).
@@ -110,6 +117,24 @@ class SessionOps:
             return tf.no_op(name="no_init_tokens")
         with tf.device(self._gs_value.device), tf.name_scope(""):
             return self._enqueue(self._server, num_tokens)
+
+
+def _skip_partial_update(shared, update):
+    """For a chief whose predecessor died inside its update after it began
+    changing the model (some buckets applied, their shadows and rows
+    logged, the rest not): what it changed becomes a model version of its
+    own. The global step moves to the update's step and the pull logs are
+    emptied, so every worker lacks that step in the log and copies the
+    model once at full precision; no worker keeps local copies that miss
+    part of what the shadows hold."""
+    gs, server = shared.global_step, shared.server
+    emptied = []
+    for table in update.tables:
+        with tf.device(table.resource_handle.device):
+            keys, _ = table.export()
+            emptied.append(table.remove(keys))
+    with tf.device(gs.device), tf.control_dependencies(emptied):
+        return tf.group(gs.assign(tf.cast(server.pull_begin.read_value(), gs.dtype.base_dtype)))
 
 
 def config_tokens(shared):
