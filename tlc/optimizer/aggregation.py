@@ -29,9 +29,14 @@ def _build_update(shared, channels, pushes, variable_averages, variables_to_aver
                     counted[name] = server.takes_in_update.assign_add(1, read_value=False)
         # Begun once every channel's first bucket is taken: before any master
         # or shadow changes (a full-precision copy compares it to the step).
+        # The step after the global step, not pull_begin + 1, and the global
+        # step set to it at the end: an update that outlived its session (a
+        # cut link) and finished beside the new chief's cannot leave the two
+        # counters apart (the logs would then never hold the step a worker
+        # needs, and every step would copy the model in full).
         first = [counted[name] for pushed in pushes for name in _first_bucket(pushed)]
         with tf.control_dependencies(first):
-            step = server.pull_begin.assign_add(1)
+            step = server.pull_begin.assign(gs.read_value() + 1)
         applied = _apply(config, pushes, counted, step)
         update_op = tf.group(*[op for per_channel in applied for ops in per_channel
                                for op in ops])
@@ -43,7 +48,7 @@ def _build_update(shared, channels, pushes, variable_averages, variables_to_aver
                                            [update_op], pull_ops])
         timed = server.update_seconds.assign_add(tf.stack(timing.spans(stamps)), read_value=False)
         with tf.control_dependencies(pull_ops + [timed]):
-            advanced = gs.assign_add(1)
+            advanced = gs.assign(step)
         with tf.control_dependencies([advanced]):
             done = server.takes_in_update.assign(0, read_value=False)
         with tf.control_dependencies([done]):
