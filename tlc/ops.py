@@ -152,19 +152,25 @@ class RoundBoard:
         self.handle = _ops.tlc_round_board(num_buckets=num_buckets,
                                            shared_name=shared_name or "", name=name)
 
+    # Each op on the board's own device (CPU kernels only), whatever the
+    # caller's device scope (a GPU worker_device would fill in GPU).
     def publish(self, bucket, round_, name=None):
         """Sets the bucket's round (lower too: a restore sets it back)."""
-        return _ops.tlc_round_board_publish(self.handle, tf.cast(bucket, tf.int32),
-                                            tf.cast(round_, tf.int64), name=name)
+        with tf.device(self.handle.device):
+            return _ops.tlc_round_board_publish(self.handle, tf.cast(bucket, tf.int32),
+                                                tf.cast(round_, tf.int64), name=name)
 
     def reset(self, round_, name=None):
         """Every bucket at `round_`; every pending wait ends, satisfied or not."""
-        return _ops.tlc_round_board_reset(self.handle, tf.cast(round_, tf.int64), name=name)
+        with tf.device(self.handle.device):
+            return _ops.tlc_round_board_reset(self.handle, tf.cast(round_, tf.int64), name=name)
 
     def wait(self, bucket, at_least, name=None):
         """The bucket's round once it is >= at_least (or at a reset)."""
-        return _ops.tlc_round_board_wait(self.handle, tf.cast(bucket, tf.int32),
-                                         tf.cast(at_least, tf.int64), name=name)
+        with tf.device(self.handle.device):
+            return _ops.tlc_round_board_wait(self.handle, tf.cast(bucket, tf.int32),
+                                             tf.cast(at_least, tf.int64), name=name)
 
     def read(self, name=None):
-        return _ops.tlc_round_board_read(self.handle, name=name)
+        with tf.device(self.handle.device):
+            return _ops.tlc_round_board_read(self.handle, name=name)
