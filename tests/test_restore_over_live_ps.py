@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from local_cluster import free_port
 from tlc import Float32, SyncReplicasOptimizer, ThreeLC, replica
+from tlc.optimizer import pull_log
 from tlc.session import restorers, training_session
 
 pytestmark = pytest.mark.cluster
@@ -123,7 +124,7 @@ def test_restore_names_the_update_the_chief_had_not_pulled(killed, capfd):
             survivor = 1 - killed
             ahead = (global_step.assign_add(1) if survivor == 0
                      else pull_log_of(opt, survivor).insert(
-                         tf.constant([STEPS_BEFORE + 1], tf.int64), tf.constant([""])))
+                         pull_log.row_keys(STEPS_BEFORE + 1, 0), tf.constant([""])))
             with training_session(c.worker.target, True, [hook]) as sess:
                 trained(sess, opt, train_op, global_step)
                 with tf.compat.v1.Session(c.worker.target) as raw:

@@ -50,7 +50,8 @@ def _build_update(shared, channels, pushes, variable_averages, variables_to_aver
         with tf.control_dependencies(pull_ops + [timed]):
             advanced = gs.assign(step)
         with tf.control_dependencies([advanced]):
-            done = server.takes_in_update.assign(0, read_value=False)
+            done = tf.group(server.takes_in_update.assign(0, read_value=False),
+                            server.pulls_in_update.assign(0, read_value=False))
         with tf.control_dependencies([done]):
             tokens = tf.fill([config.tokens_per_step], gs.read_value())
             sync_op = server.token_queue.enqueue_many((tokens,))

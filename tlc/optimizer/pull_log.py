@@ -21,9 +21,10 @@ def accumulate(config, value, payload):
 def counted(shared, payload):
     """The payload, passed on only after the PS's counter counted the compress
     op that made it: once each time that op runs."""
-    counter = shared.server.pull_compressions
-    with tf.control_dependencies(list(payload)), tf.device(counter.device):
-        done = counter.assign_add(1, read_value=False)
+    server = shared.server
+    with tf.control_dependencies(list(payload)), tf.device(server.pull_compressions.device):
+        done = tf.group(server.pull_compressions.assign_add(1, read_value=False),
+                        server.pulls_in_update.assign_add(1, read_value=False))
     with tf.control_dependencies([done]):
         return [tf.identity(t) for t in payload]
 

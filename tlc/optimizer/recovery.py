@@ -173,6 +173,7 @@ class Recovery:
             restore += [board.reset(tf.cast(local_version, tf.int64)) for board in self._boards]
             restore += [server.pull_begin.assign(step, read_value=False),
                         server.takes_in_update.assign(0, read_value=False),
+                        server.pulls_in_update.assign(0, read_value=False),
                         server.update_seconds.assign(server.update_seconds.initial_value,
                                                      read_value=False),
                         # One pull compression per compressed variable per step.

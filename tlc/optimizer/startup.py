@@ -99,6 +99,10 @@ class SessionOps:
                 tf.logical_and(tf.compat.v1.is_variable_initialized(server.pull_begin),
                                tf.compat.v1.is_variable_initialized(gs)),
                 lambda: server.pull_begin.read_value() > gs.read_value(), lambda: False)
+            self.pulls_in_update = tf.cond(
+                tf.compat.v1.is_variable_initialized(server.pulls_in_update),
+                server.pulls_in_update.read_value, lambda: tf.constant(0, tf.int64))
+            self.compressed_pulls = sum(1 for e in entries if e.shadow is not None)
             self.skip_partial_update = _skip_partial_update(shared, step.update)
             self.release_tokens = self._enqueue(server, config_tokens(shared))
             # One each for the others, so that they push again (the dead
@@ -134,7 +138,8 @@ def _skip_partial_update(shared, update):
             keys, _ = table.export()
             emptied.append(table.remove(keys))
     with tf.device(gs.device), tf.control_dependencies(emptied):
-        return tf.group(gs.assign(tf.cast(server.pull_begin.read_value(), gs.dtype.base_dtype)))
+        return tf.group(gs.assign(tf.cast(server.pull_begin.read_value(), gs.dtype.base_dtype)),
+                        server.pulls_in_update.assign(0, read_value=False))
 
 
 def config_tokens(shared):

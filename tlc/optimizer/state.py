@@ -105,6 +105,9 @@ class ServerState:
             # while an update is inside; a chief that finds it > 0 at start died
             # in its update, and the workers it would have released wait.
             self.takes_in_update = server_variable([], tf.int64, "tlc_takes_in_update")
+            # Pull compressions the running update has made (a chief that finds
+            # the update died after some says how many of its rows it logged).
+            self.pulls_in_update = server_variable([], tf.int64, "tlc_pulls_in_update")
             # Per worker: its steps and sessions started, counted on the PS
             # (see worker_step.take_token).
             self.steps_started = server_variable([num_workers], tf.int64, "tlc_steps_started")
@@ -114,7 +117,8 @@ class ServerState:
     @property
     def variables(self):
         return [self.pull_begin, self.pull_compressions, self.shadow_ready,
-                self.update_seconds, self.takes_in_update, self.steps_started]
+                self.update_seconds, self.takes_in_update, self.pulls_in_update,
+                self.steps_started]
 
     def count_start(self, index):
         """Counts a step or a session of worker `index` (made first if the
