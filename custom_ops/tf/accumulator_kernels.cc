@@ -23,6 +23,7 @@
 
 #include "../core/accumulate.h"
 #include "../core/threelc.h"
+#include "pending.h"
 #include "scalar_input.h"
 #include "tf_executor.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -144,23 +145,7 @@ class CompressedAccumulator : public ResourceBase {
   };
 
   void Cancel(CancellationManager* cm, CancellationToken token) {
-    AsyncOpKernel::DoneCallback done;
-    OpKernelContext* ctx = nullptr;
-    {
-      mutex_lock lock(mu_);
-      for (auto it = takes_.begin(); it != takes_.end(); ++it) {
-        if (it->cm == cm && it->token == token) {
-          done = std::move(it->done);
-          ctx = it->ctx;
-          takes_.erase(it);
-          break;
-        }
-      }
-    }
-    if (done) {
-      ctx->SetStatus(errors::Cancelled("TlcCompressedAccumulator take was cancelled"));
-      done();
-    }
+    CancelPending(&mu_, &takes_, cm, token, "TlcCompressedAccumulator take was cancelled");
   }
 
   // Completes the takes whose pushes have arrived, oldest first; their
@@ -236,10 +221,7 @@ class CompressedAccumulatorOp : public OpKernel {
 };
 
 bool Lookup(OpKernelContext* ctx, core::RefCountPtr<CompressedAccumulator>* accum) {
-  ::absl::Status s = ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0),
-                                                  accum);
-  if (!s.ok()) ctx->CtxFailure(__FILE__, __LINE__, s);
-  return s.ok();
+  return ResourceInput(ctx, accum);
 }
 
 class ApplyOp : public OpKernel {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "pending.h"
 #include "scalar_input.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -139,23 +140,7 @@ class RoundBoard : public ResourceBase {
   };
 
   void Cancel(CancellationManager* cm, CancellationToken token) {
-    AsyncOpKernel::DoneCallback done;
-    OpKernelContext* ctx = nullptr;
-    {
-      mutex_lock lock(mu_);
-      for (auto it = waits_.begin(); it != waits_.end(); ++it) {
-        if (it->cm == cm && it->token == token) {
-          done = std::move(it->done);
-          ctx = it->ctx;
-          waits_.erase(it);
-          break;
-        }
-      }
-    }
-    if (done) {
-      ctx->SetStatus(errors::Cancelled("TlcRoundBoard wait was cancelled"));
-      done();
-    }
+    CancelPending(&mu_, &waits_, cm, token, "TlcRoundBoard wait was cancelled");
   }
 
   // Outside the lock: outputs, then the callbacks.
@@ -212,10 +197,7 @@ class RoundBoardOp : public OpKernel {
 };
 
 bool Lookup(OpKernelContext* ctx, core::RefCountPtr<RoundBoard>* board) {
-  ::absl::Status s = ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0),
-                                                  board);
-  if (!s.ok()) ctx->CtxFailure(__FILE__, __LINE__, s);
-  return s.ok();
+  return ResourceInput(ctx, board);
 }
 
 // The board and a checked bucket from inputs 0 and 1.

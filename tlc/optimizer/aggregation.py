@@ -27,27 +27,31 @@ def _build_update(shared, channels, pushes, variable_averages, variables_to_aver
             for name, decoded in pushed.decoded.items():
                 with tf.control_dependencies([sparse.values_of(decoded.aggregated)]):
                     counted[name] = server.takes_in_update.assign_add(1, read_value=False)
-        # Begun once every channel's first bucket is taken: before any master
-        # or shadow changes (a full-precision copy compares it to the step).
-        # The step after the global step, not pull_begin + 1, and the global
-        # step set to it at the end: an update that outlived its session (a
+        # The round's step, once every channel's first bucket is taken: the
+        # global step's next (not pull_begin + 1), and the global step is set
+        # to it at the end, so that an update that outlived its session (a
         # cut link) and finished beside the new chief's cannot leave the two
-        # counters apart (the logs would then never hold the step a worker
-        # needs, and every step would copy the model in full).
+        # apart (the logs would then never hold the step a worker needs).
         first = [counted[name] for pushed in pushes for name in _first_bucket(pushed)]
         with tf.control_dependencies(first):
-            step = server.pull_begin.assign(gs.read_value() + 1)
+            step = gs.read_value() + 1
+        # Begun once every round is taken, before any shadow changes (a
+        # full-precision copy compares it to the global step; masters of
+        # early buckets change before, but a copy reads their shadows, and a
+        # row of a variable with none holds its value, not a delta).
+        with tf.control_dependencies(list(counted.values())):
+            begun = server.pull_begin.assign(step)
         applied = _apply(config, pushes, counted, step)
         update_op = tf.group(*[op for per_channel in applied for ops in per_channel
                                for op in ops])
-    logs = [pull_log.build(shared, c, p, step, a + [[update_op]]) if c.pulled else None
+    logs = [pull_log.build(shared, c, p, step, a + [[update_op]], begun) if c.pulled else None
             for c, p, a in zip(channels, pushes, applied)]
     pull_ops = [update_op] + [log.op for log in logs if log is not None]
     with tf.device(gs.device), tf.name_scope(""):
         stamps = timing.stamps(gs.device, [[sparse.values_of(g) for g, _ in aggregated],
                                            [update_op], pull_ops])
         timed = server.update_seconds.assign_add(tf.stack(timing.spans(stamps)), read_value=False)
-        with tf.control_dependencies(pull_ops + [timed]):
+        with tf.control_dependencies(pull_ops + [timed, begun]):
             advanced = gs.assign(step)
         with tf.control_dependencies([advanced]):
             done = tf.group(server.takes_in_update.assign(0, read_value=False),

@@ -29,14 +29,15 @@ def counted(shared, payload):
         return [tf.identity(t) for t in payload]
 
 
-def record(shared, entry, decoded):
+def record(shared, entry, decoded, shadow_after):
     """(the parts logged for one variable, the op updating its shadow or
     None, the compressed pull payload or None). decoded: its push's
-    records.Decoded (a row pull logs the rows its update changed)."""
+    records.Decoded (a row pull logs the rows its update changed). The
+    shadow's update runs after the ops shadow_after."""
     config, master = shared.config, entry.master
     if entry.pull_rows:
         parts, assign = sparse.pull_rows_record(config, entry, decoded.aggregated.indices,
-                                                lambda p: counted(shared, p))
+                                                lambda p: counted(shared, p), shadow_after)
         return list(parts), assign, None
     if not entry.compressed:
         return [master.read_value()], None, None
@@ -46,7 +47,8 @@ def record(shared, entry, decoded):
         payload = counted(shared, config.pull_compressor.compress(
             tf.cast(delta, config.pull_compressor.wire_dtype(entry.dtype))))
         updated = accumulate(config, shadow, payload)
-        assign = entry.shadow.assign(tf.reshape(updated, master.shape), read_value=False)
+        with tf.control_dependencies(shadow_after):
+            assign = entry.shadow.assign(tf.reshape(updated, master.shape), read_value=False)
         return payload, assign, payload
 
 
@@ -66,13 +68,16 @@ def row_keys(step, row, count=1):
     return steps * ROW_KEYS + row
 
 
-def build(shared, channel, pushed, step, applied):
-    """Logs the channel's rows of `step` (after the update began it), each
-    once the update ops that change its variables ran (applied[b]: push
-    bucket b's; the last row waits for the whole update), and then tells
-    the board its round is in: a worker's reply for that row can leave
-    while later buckets are still being pushed. pushed: the channel's
-    records.ChannelPush. Returns its records.PullLog."""
+def build(shared, channel, pushed, step, applied, begun):
+    """Logs the channel's rows of `step`, each once the update ops that
+    change its variables ran (applied[b]: push bucket b's; the last row
+    waits for the whole update), and then tells the board its round is in:
+    a worker's reply for that row can leave while later buckets are still
+    being pushed. The shadows change only after `begun` (every bucket's
+    round taken, pull_begin set): until then a full-precision copy of the
+    shadows is the last step's, and a worker that must make one (a link
+    back) is not kept waiting by a round that needs its own push.
+    pushed: the channel's records.ChannelPush. Returns its records.PullLog."""
     logged, payloads, done = {}, {}, []
     groups = row_groups(channel, pushed)
     for row, (bucket, entries) in enumerate(groups):
@@ -82,7 +87,7 @@ def build(shared, channel, pushed, step, applied):
             parts, assigns = [], []
             for entry in entries:
                 logged[entry.name], assign, payloads[entry.name] = record(
-                    shared, entry, pushed.decoded.get(entry.name))
+                    shared, entry, pushed.decoded.get(entry.name), [begun])
                 parts += logged[entry.name]
                 assigns += [assign] if assign is not None else []
             message = wire.to_row(wire.pack(parts))
@@ -90,6 +95,6 @@ def build(shared, channel, pushed, step, applied):
             inserted = channel.log.insert(key, message[None])
             with tf.control_dependencies([inserted]):
                 pruned = channel.log.remove(key - shared.config.pull_log_size * ROW_KEYS)
-            with tf.control_dependencies([pruned] + assigns):
-                done.append(channel.board.publish(row, step))
+            with tf.control_dependencies([pruned]):
+                done += [channel.board.publish(row, step)] + assigns
     return PullLog(tf.group(*done), logged, payloads, [entries for _, entries in groups])

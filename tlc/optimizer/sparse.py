@@ -148,10 +148,11 @@ def decode_rows(entry, payload, compressor):
 
 
 # ----------------------------------------------------------------- pull --
-def pull_rows_record(config, entry, changed_rows, count_compression):
+def pull_rows_record(config, entry, changed_rows, count_compression, shadow_after=()):
     """PS, after the update: (record parts, shadow update) for the rows this
     step changed (changed_rows: the averaged gradient's indices): their
-    index code and compressed (master - shadow)."""
+    index code and compressed (master - shadow). The shadow update runs
+    after the ops shadow_after."""
     master = entry.master
     rows = sorted_unique(tf.cast(changed_rows, tf.int64))
     delta = tf.gather(master, rows) - tf.gather(entry.shadow, rows)
@@ -159,8 +160,9 @@ def pull_rows_record(config, entry, changed_rows, count_compression):
     compressor = row_pull_compressor(config)
     payload = tuple(count_compression(compressor.compress(flat)))
     decoded = compressor.decompress(payload, tf.size(flat, out_type=tf.int64))
-    assign = tf.compat.v1.scatter_add(entry.shadow, rows,
-                                      tf.reshape(decoded, [-1] + row_shape(master).as_list()))
+    with tf.control_dependencies(shadow_after):
+        assign = tf.compat.v1.scatter_add(entry.shadow, rows,
+                                          tf.reshape(decoded, [-1] + row_shape(master).as_list()))
     return (encode_row_code(rows, master.shape[0]),) + payload, assign
 
 
