@@ -109,13 +109,19 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             self.chief_update_session.close()
             self.chief_update_session = None
         interrupted = self._is_chief and session.run(self._ops.update_interrupted)
+        made = session.run(self._ops.pulls_in_update) if interrupted else 0
         if interrupted and session.run(self._ops.update_partial):
-            made = session.run(self._ops.pulls_in_update)
             session.run(self._ops.skip_partial_update)
             print(f"tlc: the last chief's update died after changing part of the model ({made} "
                   f"of {self._ops.compressed_pulls} compressed pulls made); it stays as step "
                   f"{session.run(self._shared.global_step)}, and every worker copies the model "
                   "once", flush=True)
+        elif made:
+            # Rows of early buckets logged, the model's shadows untouched: the
+            # round is pushed again and its pulls made again.
+            print(f"tlc: the last chief's update died after {made} of "
+                  f"{self._ops.compressed_pulls} compressed pulls, before changing the "
+                  "model's shadows; the round is pushed and its pulls made again", flush=True)
         restored = self._residuals.restored
         if self._is_chief:
             self._recovery.session_created()

@@ -50,6 +50,7 @@ class SessionOps:
             # the rows there are (the reply after the token brings the rest).
             chief_init = [self.hook_local_init_op,
                           server.pull_begin.assign(gs.read_value(), read_value=False),
+                          server.pulls_in_update.assign(0, read_value=False),
                           *[board.reset(gs.read_value()) for board in step.update.boards],
                           _after_initializer(worker.is_chief, lambda: worker.is_chief.assign(
                               True, read_value=False))]
