@@ -71,10 +71,7 @@ def _build_update(shared, channels, pushes, variable_averages, variables_to_aver
 
 
 def _first_bucket(pushed):
-    for names in pushed.buckets:
-        if names:
-            return names
-    return []
+    return next((names for names in pushed.buckets if names), [])
 
 
 def splits_by_bucket(opt):
@@ -90,10 +87,6 @@ def _apply(config, pushes, counted, step):
     """Per channel, a list of update ops per push bucket, each after its own
     bucket's takes, if the inner optimizer splits by bucket; else one apply
     of every gradient (after every take) in each bucket's place."""
-    def pairs(pushed, names):
-        by_name = dict(zip(_var_list_order(pushed), pushed.aggregated))
-        return [by_name[n] for n in names]
-
     if not splits_by_bucket(config.opt):
         with tf.control_dependencies([step] + list(counted.values())):
             op = config.opt.apply_gradients(
@@ -101,19 +94,16 @@ def _apply(config, pushes, counted, step):
         return [[[op]] * len(pushed.buckets) for pushed in pushes]
     applied = []
     for pushed in pushes:
+        # pushed.aggregated is in var_list order; buckets hold names last layers first.
+        pair_of = dict(zip([n for names in pushed.buckets for n in names][::-1],
+                           pushed.aggregated))
         per_bucket = []
         for names in pushed.buckets:
             with tf.control_dependencies([step] + [counted[n] for n in names]):
-                per_bucket.append([config.opt.apply_gradients(pairs(pushed, names[::-1]))]
+                per_bucket.append([config.opt.apply_gradients([pair_of[n] for n in names[::-1]])]
                                   if names else [])
         applied.append(per_bucket)
     return applied
-
-
-def _var_list_order(pushed):
-    """The pushed names in the order of pushed.aggregated (buckets hold them
-    last layers first)."""
-    return [name for names in pushed.buckets for name in names][::-1]
 
 
 # Errors of a connection or a session, not of the update itself.

@@ -55,13 +55,12 @@ def build(shared, channels, grads, variable_averages, variables_to_average, stat
         token, version = heads[0]["token"], heads[0]["server_version"]
         found = tf.reduce_all(tf.stack([tf.cast(h["found"], tf.bool) for h in heads]))
         steps = tf.where(found, heads[0]["count"], tf.zeros([], tf.int64))
-        replayed = []
+        replayed, pulled = [], tf.constant(0, tf.int64)
         for channel, logged, (_, _, rows) in zip(channels, update.pull_logs, read):
             replayed += replay.replay(shared, channel, logged, rows, steps)
-        pulled = tf.add_n([tf.constant(0, tf.int64)] + [
-            tf.reduce_sum(tf.cast(tf.strings.length(r), tf.int64))
-            for per_channel in replies for r in per_channel[:-1]] + [
-            tf.reduce_sum(tf.cast(tf.strings.length(r[-1][2:]), tf.int64)) for r in replies])
+            # Every row message the replies carried (early and late parts).
+            pulled += tf.add_n([tf.constant(0, tf.int64)] + [
+                tf.reduce_sum(tf.cast(tf.strings.length(r), tf.int64)) for r in rows])
         push_bytes = tf.add_n([pushed.nbytes for pushed in pushes])
         worker_stamps = timing.stamps(host, [[], [sparse.values_of(g) for g in grads.values()],
                                              [token], replayed])
