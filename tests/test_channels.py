@@ -305,11 +305,13 @@ def test_buckets_go_last_layers_first_each_after_its_own_gradients():
 def test_each_push_reaches_its_round_gate_last_and_the_update_takes_it_first():
     """An update must not hold part of a bucket's round, nor two updates split
     a round's buckets (tests/test_chief_restart_tokens.py): in the PS's
-    partition, a bucket's gate push waits for every other push of its bucket
-    and of the buckets sent before; the bucket's other takes wait for its
-    gate's take, and each gate's take for the gate before. A bucket's takes
-    wait for no push of a later bucket: its round is taken (and its pull row
-    logged) while later buckets are still being pushed."""
+    partition, a bucket's arrival at its gate (on the round board) waits
+    for every push of its bucket and of the buckets sent before; the
+    bucket's takes wait for its gate's take, each gate's take for the gate
+    before, and every gate's take carries the generation the update read
+    from the board (a chief's new session fences earlier ones off). A
+    bucket's takes wait for no push of a later bucket: its round is taken
+    (and its pull row logged) while later buckets are still being pushed."""
     graph = tf.Graph()
     with graph.as_default():
         with tf.compat.v1.device("/job:ps/task:0"):
@@ -331,32 +333,34 @@ def test_each_push_reaches_its_round_gate_last_and_the_update_takes_it_first():
         found, = [c for c in handle.outputs[0].consumers() if kind in c.type]
         return found
 
-    gates = {}
+    board, = [op for op in graph.get_operations() if op.type == "TlcRoundBoard"]
+    board_ops = [c for c in board.outputs[0].consumers()]
+    generation, = [op for op in board_ops if op.type == "TlcRoundBoardGeneration"]
+    arrivals = {int(tf.get_static_value(op.inputs[1])): op for op in board_ops
+                if op.type == "TlcRoundBoardArrive"}
+    takes = {int(tf.get_static_value(op.inputs[1])): op for op in board_ops
+             if op.type == "TlcRoundBoardTake"}
+    assert sorted(arrivals) == sorted(takes) == buckets
     for b in buckets:
-        gate, = [v for v in views.values() if v.round_gate and v.push_bucket == b]
-        gates[b] = gate
-    for b in buckets:
-        gate_push, gate_take = ops_of(gates[b], "Apply"), ops_of(gates[b], "Take")
+        assert takes[b].inputs[3].op is generation
+        assert tf.get_static_value(takes[b].inputs[2]) == 2  # replicas_to_aggregate
         if b > buckets[0]:
-            assert _runs_after(gate_take, ops_of(gates[b - 1], "Take"))
+            assert _runs_after(takes[b], takes[b - 1])
         for view in views.values():
-            if view is gates[b]:
-                continue
             push, take = ops_of(view, "Apply"), ops_of(view, "Take")
             if view.push_bucket <= b:
-                assert _runs_after(gate_push, push), view.entry.name
+                assert _runs_after(arrivals[b], push), view.entry.name
             if view.push_bucket == b:
-                assert _runs_after(take, gate_take), view.entry.name
-                assert not _runs_after(gate_take, take), view.entry.name
+                assert _runs_after(take, takes[b]), view.entry.name
             if view.push_bucket > b:
-                assert not _runs_after(gate_take, push), view.entry.name
+                assert not _runs_after(arrivals[b], push), view.entry.name
+                assert not _runs_after(takes[b], push), view.entry.name
                 assert not _runs_after(take_of_bucket(views, b, ops_of), push), view.entry.name
 
 
 def take_of_bucket(views, bucket, ops_of):
-    """The take of a non-gate entry of the bucket, else its gate's."""
+    """The take of an entry of the bucket."""
     members = [v for v in views.values() if v.push_bucket == bucket]
-    members.sort(key=lambda v: v.round_gate)
     return ops_of(members[0], "Take")
 
 
@@ -393,8 +397,9 @@ def test_a_server_holding_only_statistics_gets_its_channel():
             opt.apply_gradients([(tf.ones([10]), w)], global_step=gs)
     servers = {device: names for device, names in opt.channels}
     assert any("moving_mean" in " ".join(names) for names in servers.values()), servers
-    gates = [view for view in opt.variables_built.values() if view.round_gate]
-    assert [view.entry.name for view in gates] == ["w"]
+    gates = [int(tf.get_static_value(op.inputs[1])) for op in graph.get_operations()
+             if op.type == "TlcRoundBoardTake"]
+    assert gates == [0]  # w's PS only
 
 
 def test_the_channel_view_agrees_with_the_variable_view():

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from local_cluster import create_local_cluster, worker_graph_with_model
-from tlc import Float32, SyncReplicasOptimizer, ThreeLC
+from tlc import Float32, SyncReplicasOptimizer, ThreeLC, codec, ops
 from tlc.session import training_session
 
 pytestmark = pytest.mark.cluster
@@ -26,15 +26,16 @@ NUM_WORKERS = 2
 WORKER_0_GRADIENT = {"v0": 0.1, "v1": 0.5}
 
 
-def build_worker(worker_id, compressor=Float32):
+def build_worker(worker_id, compressor=Float32, sizes=(2000, 3), push_buckets=3):
     graph, worker, global_step, (var_0, var_1) = worker_graph_with_model(
-        worker_id, [("v0", np.zeros(2000, np.float32)), ("v1", np.ones(3, np.float32))])
+        worker_id, [("v0", np.zeros(sizes[0], np.float32)), ("v1", np.ones(sizes[1], np.float32))])
     with graph.as_default():
         with tf.compat.v1.device(worker):
-            grads = [tf.fill([2000], WORKER_0_GRADIENT["v0"] + worker_id),
-                     tf.fill([3], WORKER_0_GRADIENT["v1"] + worker_id)]
+            grads = [tf.fill([sizes[0]], WORKER_0_GRADIENT["v0"] + worker_id),
+                     tf.fill([sizes[1]], WORKER_0_GRADIENT["v1"] + worker_id)]
             opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),
-                                        NUM_WORKERS, NUM_WORKERS, compressor=compressor())
+                                        NUM_WORKERS, NUM_WORKERS, compressor=compressor(),
+                                        push_buckets=push_buckets)
             train_op = opt.apply_gradients(zip(grads, [var_0, var_1]), global_step=global_step)
         accumulator = opt.variables_built["v0"].accumulator
         # What a chief's update does first: take v0's gradients.
@@ -73,6 +74,14 @@ def assert_every_round_applied_once(graph, back, rounds=5, first_round_of_v1=Non
         np.testing.assert_allclose(back.run(named[name]), want, rtol=1e-6, err_msg=name)
 
 
+def assert_copies_equal_the_shadows(workers, version):
+    """Every (optimizer, session)'s local copies at `version`, equal to the shadows."""
+    for worker_opt, live in workers:
+        check = worker_opt.local_copy_check(live._tf_sess())  # pylint: disable=protected-access
+        assert check["server_version"] == check["local_version"] == version, check
+        assert check["equal"] is True, check
+
+
 def session(graph, opt, target, is_chief):
     """tlc's session (a chief that comes back keeps the model the PS holds), and its hook."""
     hook = opt.make_session_run_hook(is_chief, num_tokens=0)
@@ -102,9 +111,9 @@ class Waiting:
     """Workers 0 and 1 made step 0 -> 1; worker 1's session then pushed for
     step 1 and waits on the PS for its token (the chief has not pushed)."""
 
-    def __init__(self, stack, compressor=Float32):
+    def __init__(self, stack, compressor=Float32, **model):
         self.workers, _ = create_local_cluster(NUM_WORKERS, 1)
-        self.built = [build_worker(i, compressor) for i in range(NUM_WORKERS)]
+        self.built = [build_worker(i, compressor, **model) for i in range(NUM_WORKERS)]
         graph, opt, self.chief_train, self.global_step, (applied, self.take_v0) = self.built[0]
         self.chief_graph = graph
         self.chief, self.chief_hook = session(graph, opt, self.workers[0].target, True)
@@ -201,9 +210,11 @@ def test_an_update_of_a_dead_chief_session_beside_a_half_pushed_round_does_not_s
     then and waited for the other's took the rest from the new sessions, and the restart
     tokens left one worker a round behind: the cluster deadlocked (seen as
     ps0 cut for 2 minutes hanging for good under load, test_partitions).
-    Now each push reaches the round's gate (the channel's last variable)
-    after its others and the update takes the gate first: until a round
-    is complete an update has taken nothing."""
+    Now each push arrives at the round's gate (on the PS's round board)
+    after it reached every accumulator, and the update takes the gate
+    first: until a round is complete an update has taken nothing; and the
+    chief back fences the board, so the dead session's update takes
+    nothing at all."""
     with contextlib.ExitStack() as stack:
         w = Waiting(stack)
         w.chief_hook.chief_update_session.close()
@@ -213,8 +224,8 @@ def test_an_update_of_a_dead_chief_session_beside_a_half_pushed_round_does_not_s
         with graph.as_default():
             hook.begin()
             update = hook._ops.chief_queue_runner.enqueue_ops[0]  # pylint: disable=protected-access
-            # The push reaches the gate last: the round's other accumulator.
-            view, = [v for v in opt.variables_built.values() if not v.round_gate]
+            # One accumulator's push, and no arrival at the gate.
+            view = opt.variables_built["v1"]
             accumulator = view.accumulator
             with tf.device("/job:ps/task:0"):
                 chief_push = accumulator.apply_grad(
@@ -254,12 +265,13 @@ def test_chief_back_after_its_update_died_half_applied_leaves_no_worker_off_the_
         # The dead chief's update, in a graph of its own (same names, same PS state).
         dead, opt, _, _, (_, take_v0) = build_worker(0, three_lc)
         with dead.as_default():
-            begun, = [v for v in tf.compat.v1.get_collection("tlc_server_state")
-                      if v.op.name == "tlc_pull_begin"]
+            begun = [v.assign_add(1) for v in tf.compat.v1.get_collection("tlc_server_state")
+                     if v.op.name in ("tlc_master_begin", "tlc_pull_begin")]
+            assert len(begun) == 2
             v0 = opt.variables_built["v0"].entry
             assert v0.shadow is not None
             with tf.device("/job:ps/task:0"):
-                with tf.control_dependencies([begun.assign_add(1)]):
+                with tf.control_dependencies(begun):
                     half = tf.group(v0.master.assign_sub(tf.fill([2000], 0.25)),
                                     v0.shadow.assign_sub(tf.fill([2000], 0.25)))
         with tf.compat.v1.Session(w.workers[0].target, graph=dead) as raw:
@@ -271,7 +283,98 @@ def test_chief_back_after_its_update_died_half_applied_leaves_no_worker_off_the_
         assert back.run(step) == 2  # the half-applied update is a step of its own
         in_threads(lambda: [back.run(train_op) for _ in range(3)], lambda: w.other_goes_on(3))
         assert back.run(step) == 5
-        for worker_opt, live in ((back_opt, back), (w.built[1][1], w.other)):
-            check = worker_opt.local_copy_check(live._tf_sess())  # pylint: disable=protected-access
-            assert check["server_version"] == check["local_version"] == 5, check
-            assert check["equal"] is True, check
+        assert_copies_equal_the_shadows([(back_opt, back), (w.built[1][1], w.other)], 5)
+
+
+def test_an_update_of_a_dead_chief_session_holding_part_of_a_round_is_fenced_off():
+    """Two push buckets (v1's, then v0's). The dead chief's push of the
+    first reached the PS, of the second not, when its link died; its
+    update, left waiting there (a cut link leaves no reset), took the first
+    bucket's round, applied it to v1's master and waits for the second's
+    gate. Before, the chief back started an update beside it: the old one
+    took the next round's second bucket, the new one its first, and the
+    cluster stalled for good with every worker waiting for a token (ps0 cut
+    twice, test_partitions, in CI). Now the chief back fences the PS's round
+    board: the old update's take is refused at once, and what it applied
+    (v1's master moved, the shadows not) becomes a step of its own, which
+    every worker copies once. Training goes on in lock-step, every local
+    copy equal to its shadow."""
+    def three_lc():
+        return ThreeLC(1.0)
+
+    sizes = (20000, 20000)  # 2 buckets of 80 KB: [v1], [v0]
+    with contextlib.ExitStack() as stack:
+        w = Waiting(stack, three_lc, sizes=sizes, push_buckets=2)
+        w.chief_hook.chief_update_session.close()
+        dead, opt, _, _, _ = build_worker(0, three_lc, sizes=sizes, push_buckets=2)
+        assert [v.push_bucket for v in (opt.variables_built["v1"], opt.variables_built["v0"])] \
+            == [0, 1]
+        hook = opt.make_session_run_hook(True, num_tokens=0)
+        with dead.as_default():
+            hook.begin()
+            update = hook._ops.chief_queue_runner.enqueue_ops[0]  # pylint: disable=protected-access
+            named = {v.op.name: v for v in tf.compat.v1.get_collection("tlc_server_state")}
+            board_op, = [op for op in dead.get_operations() if op.type == "TlcRoundBoard"]
+            with tf.device("/job:ps/task:0"):
+                board = ops.RoundBoard(16, shared_name=board_op.get_attr("shared_name").decode())
+                # The dead chief's first message: v1's push, then its arrival.
+                three = ThreeLC(1.0)
+                code, m = codec.compress_3lc(
+                    np.full(sizes[1], WORKER_0_GRADIENT["v1"], np.float32),
+                    np.zeros(sizes[1], np.float32), 1.0, adaptive=three.adaptive,
+                    block_size=three.block_size)
+                pushed = opt.variables_built["v1"].accumulator.apply_grad(
+                    (tf.constant(code), tf.constant(m)), local_step=1)
+                with tf.control_dependencies([pushed]):
+                    first_message = board.arrive(0, 1)
+            inside = (named["tlc_takes_in_update"].read_value(),
+                      named["tlc_master_begin"].read_value())
+        orphan = tf.compat.v1.Session(w.workers[0].target, graph=dead)
+        stack.callback(orphan.close)
+        orphan.run(first_message)
+        refused = []
+
+        def left_waiting():
+            try:
+                orphan.run(update)
+            except tf.errors.OpError as e:
+                refused.append(e)
+
+        left = threading.Thread(target=left_waiting, daemon=True)
+        left.start()
+        # Until it has taken the first round, applied it, and waits for the second.
+        while tuple(orphan.run(inside)) != (1, 2):
+            assert left.is_alive(), refused
+        graph, back_opt, train_op, step, _ = build_worker(0, three_lc, sizes=sizes, push_buckets=2)
+        back, back_hook = session(graph, back_opt, w.workers[0].target, True)
+        stack.callback(back.close)
+        left.join(60)
+        assert not left.is_alive(), "the old update still waits beside the new chief's"
+        assert len(refused) == 1 and isinstance(refused[0], tf.errors.AbortedError), refused
+        assert back.run(step) == 2  # what it applied is a step of its own
+        in_threads(lambda: [back.run(train_op) for _ in range(3)], lambda: w.other_goes_on(3))
+        assert back.run(step) == 5
+        assert_copies_equal_the_shadows([(back_opt, back), (w.built[1][1], w.other)], 5)
+        # v1's bucket: one round per step from v1 = 1, the fenced update's
+        # included (its round's mean, (0.5 + 1.5) / 2, as every other's;
+        # 3LC carries a constant gradient exactly). Before, the chief
+        # back set the accumulators back to the old step and the round was
+        # pushed and applied again: v1 moved one round more than the steps.
+        with graph.as_default():
+            v1 = back_opt.variables_built["v1"].entry.master
+        np.testing.assert_allclose(back.run(v1), np.full(sizes[1], 1.0 - 5 * 1.0), rtol=1e-6)
+
+
+def test_a_waiting_step_is_described_by_the_state_it_waits_on():
+    """The watchdog's line for a step that waits while every PS answers says
+    what the PS holds: the global step, the tokens queued, each round
+    gate's step, arrivals and takes waiting, and the rows logged. Here
+    worker 1 has pushed for step 2 and waits; the chief's update waits for
+    the chief's push."""
+    with contextlib.ExitStack() as stack:
+        w = Waiting(stack)
+        stack.callback(w.chief.close)
+        line = w.chief_hook._waiting_on(w.chief._tf_sess())()  # pylint: disable=protected-access
+        assert line.startswith("global step 1, tokens queued 0, takes in the update 0; "), line
+        assert "/job:ps/task:0: gate steps [1], arrivals [1], takes waiting [1], " \
+               "rows logged [1]" in line, line

@@ -142,10 +142,12 @@ class CompressedAccumulator:
 
 
 class RoundBoard:
-    """On a parameter server: for each push bucket, the latest round whose
-    pull message is logged (custom_ops/tf/board_kernels.cc). A worker's reply
-    waits on it without taking anything: a step that dies waiting leaves
-    nothing behind for another step, unlike a token."""
+    """On a parameter server, for each push bucket (custom_ops/tf/board_kernels.cc):
+    its round gate (the pushes arrived for its round, which the chief's
+    update takes; a chief's new session fences off the takes of updates of
+    earlier ones) and the latest round whose pull message is logged. A
+    worker's reply waits on the latter without taking anything: a step that
+    dies waiting leaves nothing behind for another step, unlike a token."""
 
     def __init__(self, num_buckets, shared_name=None, name="tlc_round_board"):
         self.num_buckets = num_buckets
@@ -161,7 +163,8 @@ class RoundBoard:
                                                 tf.cast(round_, tf.int64), name=name)
 
     def reset(self, round_, name=None):
-        """Every bucket at `round_`; every pending wait ends, satisfied or not."""
+        """Every bucket's logged round and gate step at `round_` (arrivals
+        stay); every pending wait ends, satisfied or not."""
         with tf.device(self.handle.device):
             return _ops.tlc_round_board_reset(self.handle, tf.cast(round_, tf.int64), name=name)
 
@@ -174,3 +177,31 @@ class RoundBoard:
     def read(self, name=None):
         with tf.device(self.handle.device):
             return _ops.tlc_round_board_read(self.handle, name=name)
+
+    def gates(self, name=None):
+        """[3, num_buckets]: each bucket's gate step, arrivals, takes waiting."""
+        with tf.device(self.handle.device):
+            return _ops.tlc_round_board_gates(self.handle, name=name)
+
+    def arrive(self, bucket, local_step, name=None):
+        """A push of the bucket arrived (counted unless below the gate's step)."""
+        with tf.device(self.handle.device):
+            return _ops.tlc_round_board_arrive(self.handle, tf.cast(bucket, tf.int32),
+                                               tf.cast(local_step, tf.int64), name=name)
+
+    def take(self, bucket, num_required, generation, name=None):
+        """The bucket's gate step, once num_required pushes arrived; refused
+        (AbortedError) if `generation` is not the board's."""
+        with tf.device(self.handle.device):
+            return _ops.tlc_round_board_take(self.handle, tf.cast(bucket, tf.int32),
+                                             tf.cast(num_required, tf.int32),
+                                             tf.cast(generation, tf.int64), name=name)
+
+    def fence(self, name=None):
+        """A new generation of takes: earlier ones refused. Returns it."""
+        with tf.device(self.handle.device):
+            return _ops.tlc_round_board_fence(self.handle, name=name)
+
+    def generation(self, name=None):
+        with tf.device(self.handle.device):
+            return _ops.tlc_round_board_generation(self.handle, name=name)

@@ -143,12 +143,14 @@ class Watchdog:
     """
 
     def __init__(self, who, targets, timeout, give_up=None, prober=None, stall_timeout=None,
-                 setting="--", alive=None):
+                 setting="--", alive=None, describe=None):
         """targets: {name: "host:port", or None if only the prober asks it};
         setting: how the timeouts are named in the lines ("--": flags);
-        alive: optional, the watchdog stops once alive() is false."""
+        alive: optional, the watchdog stops once alive() is false;
+        describe: optional, what a waiting step's line adds (the state the
+        wait is about, read from the servers)."""
         self.who, self.targets, self.timeout = who, dict(targets), float(timeout)
-        self._setting, self._alive = setting, alive
+        self._setting, self._alive, self._describe = setting, alive, describe
         self.prober = prober
         self.stall_timeout = float(stall_timeout if stall_timeout is not None else timeout)
         self._give_up = give_up or _exit_now
@@ -271,13 +273,23 @@ class Watchdog:
         if len(due) > count:
             if not servers_named:  # a silent server has been named already
                 print(f"{self.who}: step {current[0]} has waited {due[-1]:.0f} s; every "
-                      "parameter server answers (waiting for other workers?)", flush=True)
+                      "parameter server answers (waiting for other workers?)"
+                      f"{self._described()}", flush=True)
             count = len(due)
         if waited >= self.timeout and not servers_named:
             self._stop_now(f"{self.who}: giving up: step {current[0]} has waited {waited:.0f} s "
                            "while every parameter server answers "
                            f"({self._named('unreachable_timeout', self.timeout)})")
         return (current, count)
+
+
+    def _described(self):
+        if self._describe is None:
+            return ""
+        try:
+            return f"; {self._describe()}"
+        except Exception as e:  # pylint: disable=broad-except
+            return f"; the servers' state could not be read: {type(e).__name__}"
 
 
 def _task_of(device):

@@ -9,8 +9,11 @@ tf.compat.v1.train.SyncReplicasOptimizer, plus a `compressor`. Per step
              small gradients, sparse rows, the worker's local step and
              model version) --> PS, each as soon as its gradients are in
   PS:     unpack -> decompress -> accumulators (stale pushes dropped)
-  chief:  per bucket, once its round is in: take `replicas_to_aggregate`
-          grads -> inner optimizer updates its masters -> per variable,
+          -> the bucket's round gate on the round board
+  chief:  per bucket, once its round is in (the gate; a chief's new session
+          fences off the takes of an earlier session's update): take
+          `replicas_to_aggregate` grads -> inner optimizer updates its
+          masters -> per variable,
           compress (master - shadow) ONCE, shadow += delta; the bucket's
           parts in ONE row, logged by step; the round board says so
           -> after every bucket: global_step += 1 -> tokens

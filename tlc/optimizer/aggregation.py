@@ -35,13 +35,13 @@ def _build_update(shared, channels, pushes, variable_averages, variables_to_aver
         first = [counted[name] for pushed in pushes for name in _first_bucket(pushed)]
         with tf.control_dependencies(first):
             step = gs.read_value() + 1
+        applied, masters_begun = _apply(config, server, pushes, counted, step)
         # Begun once every round is taken, before any shadow changes (a
         # full-precision copy compares it to the global step; masters of
         # early buckets change before, but a copy reads their shadows, and a
         # row of a variable with none holds its value, not a delta).
-        with tf.control_dependencies(list(counted.values())):
+        with tf.control_dependencies(list(counted.values()) + [masters_begun]):
             begun = server.pull_begin.assign(step)
-        applied = _apply(config, pushes, counted, step)
         update_op = tf.group(*[op for per_channel in applied for ops in per_channel
                                for op in ops])
     logs = [pull_log.build(shared, c, p, step, a + [[update_op]], begun) if c.pulled else None
@@ -67,7 +67,7 @@ def _build_update(shared, channels, pushes, variable_averages, variables_to_aver
             cancel_op=server.token_queue.close(cancel_pending_enqueues=True),
             queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError))
     pulled = [c for c in channels if c.pulled]
-    return Update(runner, logs, [c.board for c in pulled], [c.log for c in pulled])
+    return Update(runner, logs, [c.board for c in channels], [c.log for c in pulled])
 
 
 def _first_bucket(pushed):
@@ -83,15 +83,23 @@ def splits_by_bucket(opt):
     return isinstance(opt, base) and type(opt)._finish is base._finish  # pylint: disable=protected-access
 
 
-def _apply(config, pushes, counted, step):
+def _apply(config, server, pushes, counted, step):
     """Per channel, a list of update ops per push bucket, each after its own
     bucket's takes, if the inner optimizer splits by bucket; else one apply
-    of every gradient (after every take) in each bucket's place."""
+    of every gradient (after every take) in each bucket's place. And the op
+    that marks the step's masters as changing (server.master_begin), before
+    any apply: a chief back after its update died between two buckets' applies
+    makes what they changed a step of its own (startup.skip_partial_update)
+    instead of pushing the round again and applying it twice."""
     if not splits_by_bucket(config.opt):
         with tf.control_dependencies([step] + list(counted.values())):
+            marked = server.master_begin.assign(step)
+        with tf.control_dependencies([marked]):
             op = config.opt.apply_gradients(
                 [pair for pushed in pushes for pair in pushed.aggregated])
-        return [[[op]] * len(pushed.buckets) for pushed in pushes]
+        return [[[op]] * len(pushed.buckets) for pushed in pushes], marked
+    with tf.control_dependencies([step]):
+        marked = server.master_begin.assign(step)
     applied = []
     for pushed in pushes:
         # pushed.aggregated is in var_list order; buckets hold names last layers first.
@@ -99,11 +107,11 @@ def _apply(config, pushes, counted, step):
                            pushed.aggregated))
         per_bucket = []
         for names in pushed.buckets:
-            with tf.control_dependencies([step] + [counted[n] for n in names]):
+            with tf.control_dependencies([marked] + [counted[n] for n in names]):
                 per_bucket.append([config.opt.apply_gradients([pair_of[n] for n in names[::-1]])]
                                   if names else [])
         applied.append(per_bucket)
-    return applied
+    return applied, marked
 
 
 # Errors of a connection or a session, not of the update itself.
@@ -118,6 +126,14 @@ class ChiefUpdateRunner(queue_runner.QueueRunner):
     leave it open for the workers and for a chief that comes back. Only an
     update that failed by itself (e.g. a non-finite model delta) closes it,
     so that the workers waiting for tokens see the error."""
+
+    def _run(self, sess, enqueue_op, coord=None):
+        super()._run(sess, enqueue_op, coord)
+        if coord is not None and not coord.should_stop():
+            # TF's loop ends quietly on a cancelled run (a closed session):
+            # while training goes on, no update would run again.
+            print("tlc: the chief's update loop ended while its session trains on",
+                  flush=True)
 
     def _close_on_stop(self, sess, cancel_op, coord):
         coord.wait_for_stop()

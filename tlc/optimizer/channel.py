@@ -28,18 +28,18 @@ class Channel:
         # Pulled by the workers: local copies of trained or untrained variables.
         self.pulled = [e for e in entries if e.is_pulled]
         self.statistics = [e for e in entries if e.kind == "statistic"]
-        # The pull log (not saved), a row per push bucket and step, and the
-        # board of the rounds each bucket has logged (the replies wait on it).
-        self.log = self.board = None
-        if self.pulled:
-            # Made with no control inputs: apply_gradients may run under the
-            # user's (UPDATE_OPS around minimize()), and the chief's update
-            # and the init op use the log: they would run the forward pass.
-            where = self.device.strip("/").replace("/", "_").replace(":", "_")
-            with tf.device(self.device), tf.control_dependencies(None):
-                self.log = _shared_table("tlc_pull_log_" + where)
-                self.board = ops.RoundBoard(MAX_BUCKETS, shared_name="tlc_round_board_" + where,
-                                            name="tlc_round_board")
+        # The round board: per push bucket, its round gate (the update takes
+        # a bucket's round through it) and the latest round logged (the
+        # replies wait on it). The pull log (not saved): a row per push
+        # bucket and step. Made with no control inputs: apply_gradients may
+        # run under the user's (UPDATE_OPS around minimize()), and the
+        # chief's update and the init op use them: they would run the
+        # forward pass.
+        where = self.device.strip("/").replace("/", "_").replace(":", "_")
+        with tf.device(self.device), tf.control_dependencies(None):
+            self.board = ops.RoundBoard(MAX_BUCKETS, shared_name="tlc_round_board_" + where,
+                                        name="tlc_round_board")
+            self.log = _shared_table("tlc_pull_log_" + where) if self.pulled else None
 
     def pulled_by_bucket(self, buckets):
         """The pulled entries of each push bucket's pull row (buckets: lists
@@ -95,21 +95,23 @@ class Channel:
 
     def _receive(self, shared, buckets, encoded, messages, templates):
         """The PS's half: (each message's head, every push op, each entry's
-        records.Decoded, each bucket's gate entry or None, the pushing
-        worker's model version as the PS reads it for its reply).
+        records.Decoded, the buckets with a round gate, the pushing worker's
+        model version as the PS reads it for its reply).
 
         It follows from the messages alone: no control edges from the
         worker's graph (e.g. UPDATE_OPS around minimize()) cross. A bucket's
-        round gate: each worker's push into the bucket's accumulator decoded
-        last comes after its others, and the chief's update takes the gate
-        first and the bucket's others after it, so a bucket's round is taken
-        whole once it is complete (and its pull can leave while later
-        buckets' pushes arrive). The gates are taken in bucket order, each
-        after the one before: two updates on the PS (one outliving its
-        session: a cut link leaves no reset) cannot split a round's buckets
-        between them."""
-        gates = [bucket[-1].name if bucket else None for bucket in buckets]
-        heads, ops_, made, decoded = [], [], {}, {}
+        round gate (on the board): each worker's push arrives there after
+        it reached every accumulator of the bucket (and of the buckets sent
+        before), and the chief's update takes the bucket's round there first
+        and its accumulators after, so a bucket's round is taken whole once
+        it is complete (and its pull can leave while later buckets' pushes
+        arrive). The gates are taken in bucket order, each after the one
+        before, and each take carries the generation of the chief's session
+        its update began in: an update that outlived its session (a cut
+        link leaves no reset) is refused once the chief's new session
+        fenced the board, and takes nothing of the rounds to come."""
+        heads, ops_, made, decoded, gates = [], [], {}, {}, []
+        board = self.board
         with tf.device(self.device), tf.control_dependencies(None):
             for i, (bucket, message, parts) in enumerate(zip(buckets, messages, templates)):
                 received = wire.unpack(message, parts,
@@ -119,31 +121,30 @@ class Channel:
                 at = 1
                 for entry in bucket:
                     n = len(encoded[entry.name].parts)
-                    after = list(ops_) if entry.name == gates[i] else []
                     made[entry.name] = push.decode(shared, entry, received[at:at + n],
-                                                   local_step, after)
+                                                   local_step)
                     ops_.append(made[entry.name][0])
                     at += n
+                if bucket:
+                    with tf.control_dependencies(list(ops_)):
+                        ops_.append(board.arrive(i, local_step))
+                    gates.append(i)
                 if i == 0:
                     ops_ += [self._keep_statistic(e, v)
                              for e, v in zip(self.statistics, received[at:])]
             # Every head carries the version; the first bucket's arrives first.
             worker_version = heads[0][1]
+            generation = board.generation(name="tlc_update_generation")
             previous = []
-            for bucket, gate in zip(buckets, gates):
-                if gate is None:
-                    continue
+            for i in gates:
                 with tf.control_dependencies(previous):
-                    gate_taken = made[gate][2]()
-                previous = [sparse.values_of(gate_taken)]
-                for entry in reversed(bucket):  # var_list order, as the takes were always made
+                    taken = board.take(i, shared.config.replicas_to_aggregate, generation,
+                                       name=f"tlc_round_gate_{i}")
+                previous = [taken]
+                for entry in reversed(buckets[i]):  # var_list order, as the takes were always made
                     op, accumulator, take = made[entry.name]
-                    if entry.name == gate:
-                        taken = gate_taken
-                    else:
-                        with tf.control_dependencies(previous):
-                            taken = take()
-                    decoded[entry.name] = records.Decoded(op, taken, accumulator)
+                    with tf.control_dependencies(previous):
+                        decoded[entry.name] = records.Decoded(op, take(), accumulator)
         return heads, ops_, decoded, gates, worker_version
 
     @staticmethod

@@ -108,6 +108,10 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             # the same accumulators and before reading whether it died inside.
             self.chief_update_session.close()
             self.chief_update_session = None
+        if self._is_chief:
+            # And an update of an earlier session of any process, still
+            # waiting on a PS that never saw its connection die (a cut link).
+            session.run(self._ops.fence_updates)
         interrupted = self._is_chief and session.run(self._ops.update_interrupted)
         made = session.run(self._ops.pulls_in_update) if interrupted else 0
         if interrupted and session.run(self._ops.update_partial):
@@ -170,7 +174,26 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._watchdog = watchdog.Watchdog(
             f"worker {state.worker_index(shared.worker_host)}", dict.fromkeys(servers), unreachable,
             prober=prober, stall_timeout=stall, setting="",
-            alive=lambda: graph.finalized).start()
+            alive=lambda: graph.finalized, describe=self._waiting_on(session)).start()
+
+    def _waiting_on(self, session):
+        """describe() for the watchdog: the PS state a waiting step depends on
+        (global step, tokens, each PS's round gates and logged rows), read in
+        a session of the hook's own, made at the first stall."""
+        own, ops = [], self._ops
+        options = tf.compat.v1.RunOptions(timeout_in_ms=10000)
+
+        def describe():
+            if not own:
+                own.append(self._own_session(session))
+            counters, boards = own[0].run((ops.waiting_on, ops.boards_waiting_on), options=options)
+            parts = [", ".join(f"{name} {value}" for name, value in counters.items())]
+            for (device, used), (gates, rows) in zip(ops.boards_described, boards):
+                steps, arrivals, takes = (row[:used].tolist() for row in gates)
+                parts.append(f"{device.split('/device:')[0]}: gate steps {steps}, arrivals "
+                             f"{arrivals}, takes waiting {takes}, rows logged {rows[:used].tolist()}")
+            return "; ".join(parts)
+        return describe
 
     def _say_restored(self, restored_at):
         """One line on tlc's state after a checkpoint restore (chief)."""

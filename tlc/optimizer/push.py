@@ -37,10 +37,9 @@ def encode(shared, entry, grad):
     return Encoded([grad], tf.constant(entry.dtype.size * entry.num_elements, tf.int64))
 
 
-def decode(shared, entry, parts, local_step, after=()):
-    """PS side for one variable: its parts into its accumulator, after the
-    ops `after`. Returns (the push op, the accumulator, take) where take()
-    makes the averaged gradient the chief's update takes, under the control
+def decode(shared, entry, parts, local_step):
+    """PS side for one variable: its parts into its accumulator. Returns
+    (the push op, the accumulator, take) where take() makes the averaged gradient the chief's update takes, under the control
     dependencies around that call (channel.py orders the takes)."""
     config, master = shared.config, entry.master
     if entry.sparse:
@@ -49,9 +48,8 @@ def decode(shared, entry, parts, local_step, after=()):
             indices, values = sparse.decode_rows(entry, parts, compressor)
         accum = tf.compat.v1.SparseConditionalAccumulator(
             tf.float32, shape=master.shape, shared_name=master.name + "/grad_accum")
-        with tf.control_dependencies(after):
-            push = accum.apply_grad(indices, values, grad_shape=master.shape.as_list(),
-                                    local_step=local_step)
+        push = accum.apply_grad(indices, values, grad_shape=master.shape.as_list(),
+                                local_step=local_step)
         return push, accum, lambda: accum.take_indexed_slices_grad(config.replicas_to_aggregate)
     if entry.compressed and adds_compressed(config, entry):
         # Each push is added straight from its 3LC stream (no dense decoded
@@ -61,7 +59,7 @@ def decode(shared, entry, parts, local_step, after=()):
         accum = ops.CompressedAccumulator(master.shape, adaptive=config.compressor.adaptive,
                                           block_size=config.compressor.block_size,
                                           shared_name=master.name + "/tlc_grad_accum")
-        with tf.name_scope(f"tlc_decode_push/{entry.name}"), tf.control_dependencies(after):
+        with tf.name_scope(f"tlc_decode_push/{entry.name}"):
             push = accum.apply_grad(parts, local_step=local_step)
         return push, accum, lambda: accum.take_grad(config.replicas_to_aggregate)
     if entry.compressed:
@@ -78,8 +76,7 @@ def decode(shared, entry, parts, local_step, after=()):
     summed = tf.float32 if entry.dtype == tf.bfloat16 else entry.dtype
     accum = tf.compat.v1.ConditionalAccumulator(summed, shape=master.shape,
                                                 shared_name=master.name + "/grad_accum")
-    with tf.control_dependencies(after):
-        push = accum.apply_grad(tf.cast(grad, summed), local_step=local_step)
+    push = accum.apply_grad(tf.cast(grad, summed), local_step=local_step)
     return push, accum, lambda: tf.cast(accum.take_grad(config.replicas_to_aggregate), entry.dtype)
 
 

@@ -37,7 +37,7 @@ class ChannelPush:
     decoded: Dict[str, Decoded]   # entry name -> PS side
     ops: List[Any]                # every push op on the PS (statistics included)
     buckets: List[List[str]]      # entry names per message, last layers first
-    gates: List[Optional[str]]    # per bucket: the entry whose push comes last and is taken first
+    gates: List[int]              # the buckets whose round the update takes on the board (not empty)
     messages: List[Any]           # each bucket's packed message, on the worker
     heads: List[Any]              # each message's header, on the PS
     worker_version: Any           # the pushing worker's model version, on the PS
@@ -65,7 +65,7 @@ class Update:
     (None for a channel that nobody pulls from)."""
     runner: Any
     pull_logs: List[Optional[PullLog]]
-    boards: List[Any]                    # the round boards of the channels pulling something
+    boards: List[Any]                    # every channel's round board
     tables: List[Any]                    # their pull logs (the tables)
 
 
@@ -78,7 +78,6 @@ class VariableView:
     push_bucket: Optional[int]       # which of its PS's push messages (0: sent first)
     push_memory: List[Any]           # its error-feedback variables on the worker
     accumulator: Any                 # its accumulator on the PS (None: not pushed)
-    round_gate: bool                 # its push comes last in its bucket and is taken first
     pull_payload: Optional[List[Any]]  # its compressed pull payload (None: not compressed)
 
 
@@ -97,7 +96,6 @@ def variable_views(entries, pushes, update):
             push_bucket=bucket_of.get(e.name),
             push_memory=list(enc.memory) if enc else [],
             accumulator=dec.accumulator if dec else None,
-            round_gate=any(e.name in p.gates for p in pushes),
             pull_payload=payloads.get(e.name))
     return views
 

@@ -172,6 +172,7 @@ class Recovery:
             # before the restore for one of the steps to come.
             restore += [board.reset(tf.cast(local_version, tf.int64)) for board in self._boards]
             restore += [server.pull_begin.assign(step, read_value=False),
+                        server.master_begin.assign(step, read_value=False),
                         server.takes_in_update.assign(0, read_value=False),
                         server.pulls_in_update.assign(0, read_value=False),
                         server.update_seconds.assign(server.update_seconds.initial_value,

@@ -50,6 +50,7 @@ class SessionOps:
             # the rows there are (the reply after the token brings the rest).
             chief_init = [self.hook_local_init_op,
                           server.pull_begin.assign(gs.read_value(), read_value=False),
+                          server.master_begin.assign(gs.read_value(), read_value=False),
                           server.pulls_in_update.assign(0, read_value=False),
                           *[board.reset(gs.read_value()) for board in step.update.boards],
                           _after_initializer(worker.is_chief, lambda: worker.is_chief.assign(
@@ -68,7 +69,13 @@ class SessionOps:
         self.hook_chief_init_op = tf.group(*chief_init, marked)
         # TF's names, for TF's recipes: the chief's after its PS state (every
         # shadow made); a worker's own state in both.
-        with tf.control_dependencies([own_state]):
+        # A chief's new session first refuses every take of an earlier
+        # session's update (one left waiting on a PS by a cut link): before
+        # it reads whether that update died inside, and before its own
+        # update begins.
+        self.fence_updates = tf.group(*[board.fence() for board in step.update.boards],
+                                      name="tlc_fence_updates")
+        with tf.control_dependencies([own_state, self.fence_updates]):
             server_init = tf.group(*chief_init, marked)
         with tf.control_dependencies([server_init]):
             self.chief_init_op = tf.group(
@@ -94,12 +101,12 @@ class SessionOps:
             self.update_interrupted = tf.cond(
                 tf.compat.v1.is_variable_initialized(server.takes_in_update),
                 lambda: server.takes_in_update.read_value() > 0, lambda: False)
-            # The dead update had begun changing masters and shadows (its
-            # step begun, pull_begin > global step): see skip_partial_update.
+            # The dead update had begun changing the model (master_begin >
+            # global step): see skip_partial_update.
             self.update_partial = tf.cond(
-                tf.logical_and(tf.compat.v1.is_variable_initialized(server.pull_begin),
+                tf.logical_and(tf.compat.v1.is_variable_initialized(server.master_begin),
                                tf.compat.v1.is_variable_initialized(gs)),
-                lambda: server.pull_begin.read_value() > gs.read_value(), lambda: False)
+                lambda: server.master_begin.read_value() > gs.read_value(), lambda: False)
             self.pulls_in_update = tf.cond(
                 tf.compat.v1.is_variable_initialized(server.pulls_in_update),
                 server.pulls_in_update.read_value, lambda: tf.constant(0, tf.int64))
@@ -111,6 +118,14 @@ class SessionOps:
             with tf.control_dependencies([self._enqueue(server, config_tokens(shared) - 1)]):
                 self.restart_tokens = server.takes_in_update.assign(0, read_value=False)
         self._server = server
+        # What a step that waits is waiting on, for the watchdog's line.
+        with tf.device(gs.device):
+            self.waiting_on = {"global step": gs.read_value(),
+                               "tokens queued": server.token_queue.size(),
+                               "takes in the update": server.takes_in_update.read_value()}
+        self.boards_waiting_on = [(board.gates(), board.read()) for board in step.update.boards]
+        self.boards_described = [(board.handle.device, len(pushed.buckets))
+                                 for board, pushed in zip(step.update.boards, step.pushes)]
         with tf.device(shared.worker_host):
             self.hook_present = worker.hook_resyncs.assign(True, read_value=False)
 
@@ -125,10 +140,10 @@ class SessionOps:
 
 
 def _skip_partial_update(shared, update):
-    """For a chief whose predecessor died inside its update after it began
-    changing the model (some buckets applied, their shadows and rows
-    logged, the rest not): what it changed becomes a model version of its
-    own. The global step moves to the update's step and the pull logs are
+    """For a chief whose predecessor's update died (or was fenced off)
+    after it began changing the model (some buckets' masters applied, maybe
+    their shadows and rows logged, the rest not): what it changed becomes a
+    model version of its own, not a round pushed and applied again. The global step moves to the update's step and the pull logs are
     emptied, so every worker lacks that step in the log and copies the
     model once at full precision; no worker keeps local copies that miss
     part of what the shadows hold."""
@@ -139,7 +154,7 @@ def _skip_partial_update(shared, update):
             keys, _ = table.export()
             emptied.append(table.remove(keys))
     with tf.device(gs.device), tf.control_dependencies(emptied):
-        return tf.group(gs.assign(tf.cast(server.pull_begin.read_value(), gs.dtype.base_dtype)),
+        return tf.group(gs.assign(server.master_begin.read_value()),
                         server.pulls_in_update.assign(0, read_value=False))
 
 

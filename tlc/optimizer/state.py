@@ -96,6 +96,10 @@ class ServerState:
             # Steps whose pull deltas have started (== global_step when idle):
             # lets a full-precision resync detect a concurrent update.
             self.pull_begin = server_variable([], dtype, "tlc_pull_begin")
+            # The step whose update has begun changing the masters (== global
+            # step when idle; the masters of early push buckets change before
+            # the round's last bucket is in).
+            self.master_begin = server_variable([], dtype, "tlc_master_begin")
             self.pull_compressions = server_variable([], tf.int64, "tlc_pull_compressions")
             # False until the chief has copied masters into shadows.
             self.shadow_ready = server_variable([], tf.bool, "tlc_shadow_ready", False)
@@ -116,7 +120,7 @@ class ServerState:
 
     @property
     def variables(self):
-        return [self.pull_begin, self.pull_compressions, self.shadow_ready,
+        return [self.pull_begin, self.master_begin, self.pull_compressions, self.shadow_ready,
                 self.update_seconds, self.takes_in_update, self.pulls_in_update,
                 self.steps_started]
 
