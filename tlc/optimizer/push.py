@@ -39,8 +39,9 @@ def encode(shared, entry, grad):
 
 def decode(shared, entry, parts, local_step):
     """PS side for one variable: its parts into its accumulator. Returns
-    (the push op, the accumulator, take) where take() makes the averaged gradient the chief's update takes, under the control
-    dependencies around that call (channel.py orders the takes)."""
+    (the push op, the accumulator, take) where take() makes the averaged
+    gradient the chief's update takes, under the control dependencies
+    around that call (channel.py orders the takes)."""
     config, master = shared.config, entry.master
     if entry.sparse:
         compressor = sparse.rows_compressor(config, entry)

@@ -143,10 +143,11 @@ def _skip_partial_update(shared, update):
     """For a chief whose predecessor's update died (or was fenced off)
     after it began changing the model (some buckets' masters applied, maybe
     their shadows and rows logged, the rest not): what it changed becomes a
-    model version of its own, not a round pushed and applied again. The global step moves to the update's step and the pull logs are
-    emptied, so every worker lacks that step in the log and copies the
-    model once at full precision; no worker keeps local copies that miss
-    part of what the shadows hold."""
+    model version of its own, not a round pushed and applied again. The
+    global step moves to the update's step and the pull logs are emptied,
+    so every worker lacks that step in the log and copies the model once
+    at full precision; no worker keeps local copies that miss part of what
+    the shadows hold."""
     gs, server = shared.global_step, shared.server
     emptied = []
     for table in update.tables:
