@@ -160,8 +160,13 @@ def test_own_job_worker_names_a_step_waiting_for_a_dead_chief_and_gives_up(tmp_p
     finally:
         job.stop()
     log = job.log("worker", 1)
+    # The line ends with what the PS holds: no token queued, and the round
+    # worker 1 pushed into not taken (its arrival, and the chief's if that
+    # came before the kill).
     named = re.search(rf"^worker 1: step \d+ has waited {stall} s; every parameter server "
-                      r"answers \(waiting for other workers\?\)$", log, re.M)
+                      r"answers \(waiting for other workers\?\); global step \d+, tokens "
+                      r"queued 0, takes in the update 0; /job:ps/task:0: gate steps \[\d+\], "
+                      r"arrivals \[[12]\], takes waiting \[\d\], rows logged \[\d+\]$", log, re.M)
     gave_up = re.search(r"^worker 1: giving up: step \d+ has waited (\d+) s while every "
                         rf"parameter server answers \(unreachable_timeout={unreachable}\)$",
                         log, re.M)
