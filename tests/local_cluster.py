@@ -1,17 +1,10 @@
 """In-process clusters for optimizer tests: one tf.distribute.Server per task
 on loopback ports, like TF's test_util.create_local_cluster."""
-import socket
-
 import tensorflow as tf
 
 import tlc.ops  # noqa: F401  (the kernels, for the in-process parameter servers)
 from tlc import replica
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tlc.job.cluster import free_ports
 
 
 def worker_graph_with_model(worker_id, initial):
@@ -30,8 +23,10 @@ def worker_graph_with_model(worker_id, initial):
 
 def create_local_cluster(num_workers, num_ps):
     """Returns (worker servers, ps servers), all started in this process."""
-    spec = {"worker": [f"localhost:{free_port()}" for _ in range(num_workers)],
-            "ps": [f"localhost:{free_port()}" for _ in range(num_ps)]}
+    # All ports taken in one call: ports bound one after another and released
+    # in between can come back twice (CI once gave a PS and a worker one port).
+    ports = [f"localhost:{p}" for p in free_ports(num_workers + num_ps)]
+    spec = {"worker": ports[:num_workers], "ps": ports[num_workers:]}
     cluster = tf.train.ClusterSpec(spec)
     workers = [tf.distribute.Server(cluster, job_name="worker", task_index=i, start=True)
                for i in range(num_workers)]

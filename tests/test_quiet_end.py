@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from local_cluster import free_port
+from tlc.job.cluster import free_ports
 from tlc import SyncReplicasOptimizer, ThreeLC, replica
 
 pytestmark = pytest.mark.cluster
@@ -65,8 +65,8 @@ def chief_graph():
 
 
 def test_chief_update_session_spans_no_other_worker(capfd):
-    spec = {"ps": [f"127.0.0.1:{free_port()}"],
-            "worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
+    ps, *workers = free_ports(3)
+    spec = {"ps": [f"127.0.0.1:{ps}"], "worker": [f"127.0.0.1:{w}" for w in workers]}
     other = subprocess.Popen([sys.executable, "-c", SERVE, json.dumps(spec)],
                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     try:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from local_cluster import free_port
+from tlc.job.cluster import free_ports
 from tlc import Float32, SyncReplicasOptimizer, ThreeLC, replica
 from tlc.optimizer import pull_log
 from tlc.session import restorers, training_session
@@ -36,8 +36,8 @@ class Cluster:
     """Two parameter servers in processes, the worker's server here."""
 
     def __init__(self):
-        self.spec = {"worker": [f"localhost:{free_port()}"],
-                     "ps": [f"localhost:{free_port()}" for _ in range(2)]}
+        worker, *ps = (f"localhost:{p}" for p in free_ports(3))
+        self.spec = {"worker": [worker], "ps": ps}
         self.ps = [self._start(i) for i in range(2)]
         self.worker = tf.distribute.Server(tf.train.ClusterSpec(self.spec), job_name="worker",
                                            task_index=0)
