@@ -12,3 +12,17 @@ def ancestors(op):
                 seen.add(parent)
                 todo.append(parent)
     return seen
+
+
+def takes_token(op):
+    """The op dequeues a token, or is a cond with a dequeue in a branch (a
+    step whose token was lost takes none: worker_step.take_token)."""
+    if op.type == "QueueDequeueV2":
+        return True
+    if op.type not in ("If", "StatelessIf"):
+        return False
+    for branch in ("then_branch", "else_branch"):
+        body = op.graph._get_function(op.get_attr(branch).name)  # pylint: disable=protected-access
+        if any(node.op == "QueueDequeueV2" for node in body.definition.node_def):
+            return True
+    return False

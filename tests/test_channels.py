@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from graph_walk import takes_token
 from local_cluster import create_local_cluster, crossing as crossed
 from tlc import SyncReplicasOptimizer, ThreeLC, replica, statistic_updates
 from tlc.job import models
@@ -253,7 +254,7 @@ def test_a_bucket_s_reply_leaves_before_later_buckets_are_pushed(inner, early):
         return {c for name in channel.push_buckets[bucket] if name in pushes
                 for c in pushes[name].outputs[0].consumers() if kind in c.type}
 
-    token = {op for op in graph.get_operations() if op.type == "QueueDequeueV2"}
+    token = {op for op in graph.get_operations() if takes_token(op)}
     published = {int(tf.get_static_value(op.inputs[1])): op for op in graph.get_operations()
                  if op.type == "TlcRoundBoardPublish"}
     assert token and sorted(published) == [0, 1, 2]

@@ -10,6 +10,7 @@ chief's first update then waited forever for gradients nobody sends (seen as
 a hung test_recovery run in CI)."""
 import contextlib
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -24,15 +25,23 @@ pytestmark = pytest.mark.cluster
 NUM_WORKERS = 2
 # What worker i pushes: these plus i.
 WORKER_0_GRADIENT = {"v0": 0.1, "v1": 0.5}
+LATE_PUSH_GATE = "tlc_test_late_push_gate"
 
 
-def build_worker(worker_id, compressor=Float32, sizes=(2000, 3), push_buckets=3):
+def build_worker(worker_id, compressor=Float32, sizes=(2000, 3), push_buckets=3, gated=False):
+    """gated: each step's gradients wait on the worker for a value in the
+    queue LATE_PUSH_GATE (release_push() in the graph's collection of that name)."""
     graph, worker, global_step, (var_0, var_1) = worker_graph_with_model(
         worker_id, [("v0", np.zeros(sizes[0], np.float32)), ("v1", np.ones(sizes[1], np.float32))])
     with graph.as_default():
         with tf.compat.v1.device(worker):
             grads = [tf.fill([sizes[0]], WORKER_0_GRADIENT["v0"] + worker_id),
                      tf.fill([sizes[1]], WORKER_0_GRADIENT["v1"] + worker_id)]
+            if gated:
+                gate = tf.queue.FIFOQueue(-1, tf.float32, shapes=[], shared_name=LATE_PUSH_GATE)
+                graph.add_to_collection(LATE_PUSH_GATE, gate.enqueue(0.0))
+                released = gate.dequeue()
+                grads = [g + 0.0 * released for g in grads]
             opt = SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),
                                         NUM_WORKERS, NUM_WORKERS, compressor=compressor(),
                                         push_buckets=push_buckets)
@@ -181,6 +190,131 @@ def test_a_step_of_a_dead_session_still_waiting_takes_no_token_of_the_new_one():
         for _ in range(3):  # steps 1 -> 4 in lock-step, the stale step still there
             in_threads(lambda: w.chief.run(w.chief_train), lambda: new.run(train_op))
         assert w.chief.run(w.global_step) == 4
+
+
+def test_a_dead_session_s_push_reaching_the_ps_late_takes_no_token_of_the_new_one():
+    """A dead session's step can reach the PS late: its push was in flight
+    when the link was cut, and TCP delivers it once the link is back, after
+    the worker's new session counted itself. Counted after its pushes (the
+    old code), that step was the newest of its worker and kept a token; the
+    new session's first step, a round behind, then waited forever for it
+    (ps0 cut twice, hung under load in CI: global step 40, no token queued,
+    the chief's new session a round behind). A step is now counted when it
+    starts on the PS. Here worker 1's old step waits on the worker for its
+    gradients while worker 1 comes back in a new graph and session; then its
+    push completes the chief's round."""
+    with contextlib.ExitStack() as stack:
+        workers, _ = create_local_cluster(NUM_WORKERS, 1)
+        chief_graph, chief_opt, chief_train, global_step, (pushed, _) = build_worker(0)
+        chief, _ = session(chief_graph, chief_opt, workers[0].target, True)
+        stack.callback(chief.close)
+        dead_graph, dead_opt, dead_train, _, _ = build_worker(1, gated=True)
+        dead, _ = session(dead_graph, dead_opt, workers[1].target, False)
+        stack.callback(dead.close)
+        gate = tf.compat.v1.Session(workers[1].target, graph=dead_graph)
+        stack.callback(gate.close)
+        release, = dead_graph.get_collection(LATE_PUSH_GATE)
+        raw = tf.compat.v1.Session(workers[0].target, graph=chief_graph)
+        stack.callback(raw.close)
+        gate.run(release)
+        in_threads(lambda: chief.run(chief_train), lambda: dead.run(dead_train))
+        assert chief.run(global_step) == 1
+        before = started_by(workers[0].target)[1]
+        late = threading.Thread(target=lambda: dead.run(dead_train), daemon=True)
+        late.start()
+        # Its step has begun on the PS (counted there at once; the old code
+        # counted it only after its pushes: the bound lets the rest show
+        # what that did).
+        deadline = time.time() + 30
+        while started_by(workers[0].target)[1] == before and time.time() < deadline:
+            time.sleep(0.05)
+        graph, opt, train_op, _, _ = build_worker(1)
+        back, _ = session(graph, opt, workers[1].target, False)
+        stack.callback(back.close)
+        waits = threading.Thread(target=lambda: chief.run(chief_train), daemon=True)
+        waits.start()
+        while raw.run(pushed) < 1:  # the chief's push is in: it waits for its token
+            time.sleep(0.05)
+        gate.run(release)  # the old step's push completes round 1
+        for thread, who in ((waits, "the chief"), (late, "the old step")):
+            thread.join(120)
+            assert not thread.is_alive(), f"{who} never got a token"
+        assert chief.run(global_step) == 2
+        assert tokens_queued(workers[0].target) == 1, "the old step kept a token"
+        # Worker 1's new session pushed nothing for round 1: its first step
+        # is stale and takes the token the old step gave back.
+        in_threads(lambda: back.run(train_op))
+        for _ in range(2):
+            in_threads(lambda: chief.run(chief_train), lambda: back.run(train_op))
+        assert chief.run(global_step) == 4
+
+
+def test_a_step_a_round_behind_whose_token_went_elsewhere_goes_on():
+    """Worker 1's old session and its new one both run (the old one's link
+    came back). The new session's step starts at step 1 and its gradients
+    take long; meanwhile the old session's step makes round 1 with the
+    chief and takes worker 1's token. The new step then pushes for a round
+    already applied and finds no token: it goes on at the global step (it
+    waited forever, as no round comes without worker 1: ps0 cut twice hung
+    so, at global step 40 with no token queued). Every round is applied
+    once, as TF's optimizer applies them."""
+    with contextlib.ExitStack() as stack:
+        workers, _ = create_local_cluster(NUM_WORKERS, 1)
+        chief_graph, chief_opt, chief_train, global_step, _ = build_worker(0)
+        chief, _ = session(chief_graph, chief_opt, workers[0].target, True)
+        stack.callback(chief.close)
+        old_graph, old_opt, old_train, _, _ = build_worker(1)
+        old, _ = session(old_graph, old_opt, workers[1].target, False)
+        stack.callback(old.close)
+        in_threads(lambda: chief.run(chief_train), lambda: old.run(old_train))
+        graph, opt, train_op, _, _ = build_worker(1, gated=True)
+        new, _ = session(graph, opt, workers[1].target, False)
+        stack.callback(new.close)
+        gate = tf.compat.v1.Session(workers[1].target, graph=graph)
+        stack.callback(gate.close)
+        before = started_by(workers[0].target)[1]
+        behind = threading.Thread(target=lambda: new.run(train_op), daemon=True)
+        behind.start()
+        while started_by(workers[0].target)[1] == before:  # it runs, at step 1
+            time.sleep(0.05)
+        in_threads(lambda: chief.run(chief_train), lambda: old.run(old_train))
+        assert chief.run(global_step) == 2
+        assert tokens_queued(workers[0].target) == 0
+        release, = graph.get_collection(LATE_PUSH_GATE)
+        gate.run(release)
+        behind.join(120)
+        assert not behind.is_alive(), "the step a round behind waits for a token"
+        for _ in range(2):
+            gate.run(release)
+            in_threads(lambda: chief.run(chief_train), lambda: new.run(train_op))
+        assert chief.run(global_step) == 4
+        assert_every_round_applied_once(chief_graph, chief, rounds=4)
+
+
+def tokens_queued(target):
+    """The size of the token queue on /job:ps/task:0 (TF's shared name)."""
+    def size():
+        queue = tf.raw_ops.FIFOQueueV2(component_types=[tf.int64], shapes=[[]],
+                                       shared_name="sync_token_q", capacity=-1)
+        return tf.raw_ops.QueueSizeV2(handle=queue)
+    return _on_ps(target, size)
+
+
+def started_by(target):
+    """Each worker's steps and sessions counted on /job:ps/task:0."""
+    def read():
+        handle = tf.raw_ops.VarHandleOp(dtype=tf.int64, shape=[NUM_WORKERS], container="",
+                                        shared_name="tlc_steps_started")
+        return tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int64)
+    return _on_ps(target, read)
+
+
+def _on_ps(target, make):
+    graph = tf.Graph()
+    with graph.as_default(), tf.device("/job:ps/task:0"):
+        fetch = make()
+    with tf.compat.v1.Session(target, graph=graph) as raw:
+        return raw.run(fetch)
 
 
 def test_an_update_of_a_dead_chief_session_still_waiting_does_not_stall_the_new_one():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from graph_walk import ancestors
+from graph_walk import ancestors, takes_token
 import tlc.ops  # noqa: F401
 from tlc import Float32, SyncReplicasOptimizer, ThreeLC, replica
 
@@ -245,5 +245,5 @@ def test_small_local_copy_reads_its_master_after_the_token():
         assert refreshes, "no refresh of the small local copy in the worker step"
         for refresh in refreshes:
             value_ops = ancestors(refresh.inputs[1].op) | {refresh.inputs[1].op}
-            assert any(op.type == "QueueDequeueV2" for op in value_ops), refresh.name
+            assert any(takes_token(op) for op in value_ops), refresh.name
         del opt

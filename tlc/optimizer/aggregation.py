@@ -58,7 +58,9 @@ def _build_update(shared, channels, pushes, variable_averages, variables_to_aver
                             server.pulls_in_update.assign(0, read_value=False))
         with tf.control_dependencies([done]):
             tokens = tf.fill([config.tokens_per_step], gs.read_value())
-            sync_op = server.token_queue.enqueue_many((tokens,))
+            released = server.token_queue.enqueue_many((tokens,))
+        with tf.control_dependencies([released]):
+            sync_op = server.tokens_released.assign(step, read_value=False)
         if variable_averages is not None:
             with tf.control_dependencies([sync_op]):
                 sync_op = variable_averages.apply(variables_to_average)

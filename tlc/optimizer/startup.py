@@ -51,6 +51,7 @@ class SessionOps:
             chief_init = [self.hook_local_init_op,
                           server.pull_begin.assign(gs.read_value(), read_value=False),
                           server.master_begin.assign(gs.read_value(), read_value=False),
+                          server.tokens_released.assign(gs.read_value(), read_value=False),
                           server.pulls_in_update.assign(0, read_value=False),
                           *[board.reset(gs.read_value()) for board in step.update.boards],
                           _after_initializer(worker.is_chief, lambda: worker.is_chief.assign(

@@ -115,6 +115,11 @@ class ServerState:
             # Per worker: its steps and sessions started, counted on the PS
             # (see worker_step.take_token).
             self.steps_started = server_variable([num_workers], tf.int64, "tlc_steps_started")
+            # The global step whose tokens the last update released (set to
+            # the global step by each chief session's init): a step that
+            # pushed before it and finds no token lost its token
+            # (worker_step.take_token).
+            self.tokens_released = server_variable([], dtype, "tlc_tokens_released")
             self.token_queue = tf.queue.FIFOQueue(
                 -1, dtype, shapes=(), name="sync_token_q", shared_name="sync_token_q")
 
@@ -122,7 +127,7 @@ class ServerState:
     def variables(self):
         return [self.pull_begin, self.master_begin, self.pull_compressions, self.shadow_ready,
                 self.update_seconds, self.takes_in_update, self.pulls_in_update,
-                self.steps_started]
+                self.steps_started, self.tokens_released]
 
     def count_start(self, index):
         """Counts a step or a session of worker `index` (made first if the

@@ -42,7 +42,7 @@ def build(shared, channels, grads, variable_averages, variables_to_average, stat
     update = aggregation.build_update(shared, channels, pushes, variable_averages,
                                       variables_to_average)
     with tf.device(gs.device), tf.name_scope(""), tf.control_dependencies(None):
-        token = take_token(shared, push_ops)
+        token = take_token(shared, push_ops, _pushed_at(gs.device, channels, pushes))
         with tf.control_dependencies([token]):
             server_version = tf.cast(gs.read_value(), tf.int64)
     replies = [replay.build_replies(shared, c, logged, p, server_version,
@@ -90,8 +90,9 @@ def build(shared, channels, grads, variable_averages, variables_to_average, stat
                 pushes=pushes, replies=replies, update=update)
 
 
-def take_token(shared, push_ops):
-    """This step's token, after its pushes (on the global step's PS).
+def take_token(shared, push_ops, pushed_at):
+    """This step's token, after its pushes (on the global step's PS);
+    pushed_at: the local step its pushes carried, read there.
 
     A step of an earlier session of this worker may still wait on the PS for
     a token: when its connection died without the PS seeing it (a link cut
@@ -100,18 +101,46 @@ def take_token(shared, push_ops):
     step and each session of the worker is counted on the PS
     (ServerState.count_start; the session's count comes before its model
     copy); a step that gets a token when its count is no longer the newest
-    puts the token back for the newer one. Only PS-side ops: no extra
+    puts the token back for the newer one. A step is counted when it starts
+    on the PS, not after its pushes: a dead session's push can reach the PS
+    after the new session counted itself (TCP delivers it once the link is
+    back), and counted then it was the newest and kept a token of the new
+    session's.
+
+    And a step that pushed for a round whose tokens are already released
+    (its push came too late to count), finding no token queued, goes on at
+    the global step instead of waiting: its round's token went to a step
+    that no longer runs, and no other round comes without this worker. With
+    a token queued it takes it, as TF's does. Only PS-side ops: no extra
     tensor crosses the network."""
     server, index = shared.server, shared.worker_index
-    with tf.control_dependencies(push_ops):
-        if index is None:
-            return server.token_queue.dequeue()
-        mine = server.count_start(index)
-    with tf.control_dependencies([mine]):
-        token = server.token_queue.dequeue()
+    gs = shared.global_step
+    mine = [] if index is None else [server.count_start(index)]
+    with tf.control_dependencies(push_ops + mine):
+        lost = tf.logical_and(
+            tf.cast(pushed_at, gs.dtype.base_dtype) < server.tokens_released.read_value(),
+            tf.equal(server.token_queue.size(), 0))
+    return tf.cond(lost, gs.read_value, lambda: _dequeue(server, index, mine))
+
+
+def _dequeue(server, index, mine):
+    token = server.token_queue.dequeue()
+    if index is None:
+        return token
     with tf.control_dependencies([token]):
-        newest = tf.equal(tf.gather(server.steps_started.read_value(), index), mine)
+        newest = tf.equal(tf.gather(server.steps_started.read_value(), index), mine[0])
     return tf.cond(newest, lambda: tf.identity(token), lambda: _give_back(server, token))
+
+
+def _pushed_at(device, channels, pushes):
+    """The local step the step's pushes carried, as the PS on `device`
+    read it (another PS's if that one has no channel)."""
+    where = tf.DeviceSpec.from_string(device)
+    for channel, pushed in zip(channels, pushes):
+        there = tf.DeviceSpec.from_string(channel.device)
+        if (there.job, there.task) == (where.job, where.task or 0):
+            return pushed.heads[0][0]
+    return pushes[0].heads[0][0]
 
 
 def _give_back(server, token):
