@@ -186,6 +186,24 @@ def test_train_op_is_what_tfs_is_and_its_value_the_token(use_resource, local_cop
     assert tlc_tokens == tf_tokens
 
 
+def test_a_step_reads_the_token_queue_size_after_the_released_mark():
+    """A step decides whether its round's token is lost from the released
+    mark and the queue's size. The update enqueues a round's tokens before it
+    marks them released, so the size must be read after the mark: read before
+    it, the update could fall between the two reads, and the step would go on
+    at the global step with its token left queued for the next step (CI saw
+    tokens 0, 1, 2, 2 in the test above)."""
+    with tf.Graph().as_default() as graph:
+        build_model("tlc", tf.float32, False)
+    takes = [op for op in graph.get_operations() if takes_token(op)]
+    sizes = [op for take in takes for op in ancestors(take) if op.type == "QueueSizeV2"]
+    assert sizes
+    for size in sizes:
+        reads = [op for op in ancestors(size) if op.type == "ReadVariableOp"
+                 and "tlc_tokens_released" in op.inputs[0].name]
+        assert reads, f"{size.name} is not ordered after a read of tlc_tokens_released"
+
+
 @pytest.mark.parametrize("use_resource", [False, None], ids=["v1_ref", "default"])
 def test_local_step_fetch_gives_what_tfs_gives(use_resource):
     """Under v1 variables, fetching "sync_rep_local_step:0" gives the step

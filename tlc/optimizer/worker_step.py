@@ -117,9 +117,14 @@ def take_token(shared, push_ops, pushed_at):
     gs = shared.global_step
     mine = [] if index is None else [server.count_start(index)]
     with tf.control_dependencies(push_ops + mine):
-        lost = tf.logical_and(
-            tf.cast(pushed_at, gs.dtype.base_dtype) < server.tokens_released.read_value(),
-            tf.equal(server.token_queue.size(), 0))
+        released = server.tokens_released.read_value()
+    # The queue's size after the released mark, never before: the update
+    # enqueues a round's tokens before it marks them released, so a size read
+    # first could miss tokens that the mark read next says are out, and the
+    # step would go on at the global step, leaving its token queued.
+    with tf.control_dependencies([released]):
+        empty = tf.equal(server.token_queue.size(), 0)
+    lost = tf.logical_and(tf.cast(pushed_at, gs.dtype.base_dtype) < released, empty)
     return tf.cond(lost, gs.read_value, lambda: _dequeue(server, index, mine))
 
 
