@@ -123,14 +123,10 @@ def restored_steps(c):
                                        c.logs("worker", 0))]
 
 
-# Known and open (docs/FAULTS.md, "A round's token lost after a PS cut"): in
-# 2 of 3 runs under load (CI, the full suite) the chief's first step after
-# ps0's 30 s cut waits for good: the round was completed from pushes that
-# reached the PS before the cut, the chief's new push came after it (stale),
-# and one of the round's two tokens went to a step other than the chief's
-# (the PS then held: global step 40, the chief's local step 39, worker 1's
-# 40, no token queued, the update waiting for the chief's next push). It
-# runs, and a pass is reported, but it does not fail the suite until fixed.
+# Before c300710 this hung in about 1 of 3 loaded runs: the round was
+# completed from pushes that reached the PS before ps0's cut, the chief's new
+# push came after it (stale), and its token went to a step of a dead session
+# (docs/FAULTS.md, "A round's token lost after a PS cut").
 def test_ps0_cut_off_twice(tmp_path):
     """Hung under load before 2026-11-29 (docs/FAULTS.md, "A round's token
     lost after a PS cut")."""
