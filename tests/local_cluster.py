@@ -1,5 +1,7 @@
 """In-process clusters for optimizer tests: one tf.distribute.Server per task
 on loopback ports, like TF's test_util.create_local_cluster."""
+import threading
+
 import tensorflow as tf
 
 import tlc.ops  # noqa: F401  (the kernels, for the in-process parameter servers)
@@ -48,3 +50,23 @@ def crossing(metadata):
                 if ("/job:worker" in ends[0]) != ("/job:worker" in ends[1]):
                     found.append((node.attr["tensor_name"].s.decode(), *ends))
     return found
+
+
+def in_threads(*calls, timeout=120):
+    """Runs the calls at once; returns their results; fails naming the ones
+    still blocked after `timeout` (a deadlock)."""
+    results, errors, threads = [None] * len(calls), [], []
+    for i, call in enumerate(calls):
+        def run(i=i, call=call):
+            try:
+                results[i] = call()
+            except Exception as e:  # pylint: disable=broad-except
+                errors.append(e)
+        threads.append(threading.Thread(target=run, daemon=True))
+        threads[-1].start()
+    for thread in threads:
+        thread.join(timeout)
+    blocked = [i for i, t in enumerate(threads) if t.is_alive()]
+    assert not blocked, f"calls {blocked} still blocked after {timeout} s: a deadlock"
+    assert not errors, errors
+    return results

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from local_cluster import create_local_cluster, worker_graph_with_model
+from local_cluster import create_local_cluster, in_threads, worker_graph_with_model
 from tlc import Float32, SyncReplicasOptimizer, ThreeLC, codec, ops
 from tlc.session import training_session
 
@@ -96,24 +96,6 @@ def session(graph, opt, target, is_chief):
     hook = opt.make_session_run_hook(is_chief, num_tokens=0)
     with graph.as_default():
         return training_session(target, is_chief, [hook]), hook
-
-
-def in_threads(*calls, timeout=120):
-    """Runs the calls at once; fails naming the ones still blocked after `timeout`."""
-    errors, threads = [], []
-    for call in calls:
-        def run(call=call):
-            try:
-                call()
-            except Exception as e:  # pylint: disable=broad-except
-                errors.append(e)
-        threads.append(threading.Thread(target=run, daemon=True))
-        threads[-1].start()
-    for thread in threads:
-        thread.join(timeout)
-    blocked = [i for i, t in enumerate(threads) if t.is_alive()]
-    assert not blocked, f"calls {blocked} still blocked after {timeout} s: a deadlock"
-    assert not errors, errors
 
 
 class Waiting:

@@ -13,13 +13,12 @@ Point -> test:
                                     Session, examples/mnist_replica.py as processes)
 """
 import contextlib
-import threading
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from local_cluster import create_local_cluster
+from local_cluster import create_local_cluster, in_threads
 from tlc import Float32, SyncReplicasOptimizer, replica
 
 pytestmark = pytest.mark.cluster
@@ -49,26 +48,6 @@ def session_config():
 
 def copies_for(implementation, worker):
     return replica.local_copies(worker) if implementation == "tlc" else contextlib.nullcontext()
-
-
-def in_threads(*calls, timeout=120):
-    """Runs the calls at once; returns their results; fails naming the ones
-    still blocked after `timeout` (a deadlock)."""
-    results, errors, threads = [None] * len(calls), [], []
-    for i, call in enumerate(calls):
-        def run(i=i, call=call):
-            try:
-                results[i] = call()
-            except Exception as e:  # pylint: disable=broad-except
-                errors.append(e)
-        threads.append(threading.Thread(target=run, daemon=True))
-        threads[-1].start()
-    for thread in threads:
-        thread.join(timeout)
-    blocked = [i for i, t in enumerate(threads) if t.is_alive()]
-    assert not blocked, f"calls {blocked} still blocked after {timeout} s: a deadlock"
-    assert not errors, errors
-    return results
 
 
 # --- point 1: variables without gradients -----------------------------------
