@@ -30,8 +30,9 @@ fi
 # main-job runs of ~2 minutes each (a slow-link smoke run, a link slowed
 # mid-run), and the link cuts of tests/test_partitions.py (~8 minutes, most of
 # them waiting for a cut to end; in turn they made CI's longest group). They
-# once stalled beside the others under a load of ~50; that was the hang of a
-# dead session's step after a PS cut, fixed since (docs/FAULTS.md).
+# once stalled beside the others under a load of ~50 (the chief's update never
+# completed after a cut); the hangs after a PS cut found since, a dead session's
+# update or step left on the PS, are fixed (docs/FAULTS.md).
 # The exit code is the first failure's.
 WAITING=(tests/test_own_job_restart.py tests/test_watchdog.py tests/test_serve_until_done.py
          tests/test_bench_training.py tests/test_autotune.py tests/test_partitions.py)
