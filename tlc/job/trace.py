@@ -18,7 +18,7 @@ and replay.py's reply):
   counts as pull.
 - push: the worker's `tlc_encode_push/` ops (compression, error feedback),
   its TlcPackMessage ops (up to 3 push messages per PS, last layers
-  first: channel.push_buckets), and the messages' transfers: the RecvTensor
+  first: buckets.push_buckets), and the messages' transfers: the RecvTensor
   on a PS of a tensor named after one of those TlcPackMessage ops. "Sending" is when the first push message begins to
   cross, "sent" when the last one is in on its PS.
 - wait: one interval, from sent to received: the PS decodes and

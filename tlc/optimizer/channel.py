@@ -1,22 +1,19 @@
 """One parameter server's share of the optimizer (GRACE's communicator seam).
 
 A channel owns the variables on one PS and builds, for them: the worker's
-push (a few fused messages, last layers first), the PS's accumulators, the
+push (a few fused messages, last layers first, split by buckets.py), the PS's accumulators, the
 pull log the chief's update writes, and the reply each worker reads after
 its token (one fused message). How the messages travel is wire.py; what goes in them is push.py,
 pull_log.py and replay.py."""
 import tensorflow as tf
 
 from tlc import ops
-from tlc.optimizer import push, records, sparse, wire
+from tlc.optimizer import buckets as bucketing, push, records, sparse, wire
 
 PUSH_HEAD = ("local_step", "local_version", "is_chief")
 # Push messages per PS at most: the pull log keys a bucket's row of a step
 # as step * ROW_KEYS + bucket.
 MAX_BUCKETS = ROW_KEYS = 16
-# One push message when its float32 gradients are smaller than this (each
-# message costs a head and an RPC); else up to Config.push_buckets.
-ONE_BUCKET_BELOW_BYTES = 64 * 1024
 
 
 class Channel:
@@ -60,7 +57,7 @@ class Channel:
         layers goes on. Each message carries the head (the PS needs the local
         step for each accumulator); the statistics ride in the first."""
         pushed = [e for e in self.entries if e.name in grads]
-        buckets = push_buckets(pushed, shared.config.push_buckets)
+        buckets = bucketing.push_buckets(pushed, shared.config.push_buckets)
         encoded, messages, templates, nbytes = self._send(shared, grads, pushed, buckets)
         heads, ops_, decoded, gates, worker_version = self._receive(shared, buckets, encoded,
                                                                     messages, templates)
@@ -164,28 +161,6 @@ class Channel:
         rows = tf.size(value) // max(1, row.num_elements())
         return tf.compat.v1.scatter_update(master, tf.range(rows),
                                            tf.reshape(value, [-1] + row.as_list())).op
-
-
-def push_buckets(pushed, most):
-    """The pushed entries as at most `most` ordered buckets, last layers first
-    (entries come in var_list order, first layers first). A bucket closes once it holds a
-    1/most share of the gradient bytes and the last takes the
-    rest, so a layer holding most of the bytes makes fewer buckets. Always at
-    least one bucket (maybe empty: the statistics still go)."""
-    order = list(reversed(pushed))
-    sizes = [e.dtype.size * e.num_elements for e in order]
-    total = sum(sizes)
-    count = 1 if total < ONE_BUCKET_BELOW_BYTES else most
-    buckets, current, filled = [], [], 0
-    for entry, size in zip(order, sizes):
-        current.append(entry)
-        filled += size
-        if len(buckets) < count - 1 and filled * count >= total:
-            buckets.append(current)
-            current, filled = [], 0
-    if current or not buckets:
-        buckets.append(current)
-    return buckets
 
 
 def _shared_table(name):

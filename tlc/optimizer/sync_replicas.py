@@ -13,7 +13,7 @@ from tlc.optimizer.state import Config, Shared
 
 DEFAULT_COMPRESS_THRESHOLD = 1024  # elements; batch-norm-sized tensors stay float32
 DEFAULT_PULL_LOG_SIZE = 4          # model deltas a PS keeps for workers catching up
-DEFAULT_PUSH_BUCKETS = 3           # push messages per PS at most (channel.push_buckets)
+DEFAULT_PUSH_BUCKETS = 3           # push messages per PS at most (buckets.push_buckets)
 
 
 def _as_compressor(value, what):
