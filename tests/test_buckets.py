@@ -46,6 +46,27 @@ def test_multiply_adds_of_convolutions_dense_layers_and_biases():
         assert buckets.multiply_adds(bias) == 10
 
 
+def test_multiply_adds_of_1d_transposed_and_depthwise_convolutions():
+    """conv1d expands its filter into a Conv2D's; a transposed convolution
+    meets its input's positions; a variable fed as a convolution's image
+    (not its filter) counts its elements."""
+    with tf.Graph().as_default():
+        signal = tf.compat.v1.placeholder(tf.float32, [None, 100, 4])
+        taps = _variable("taps", [5, 4, 8])
+        tf.nn.conv1d(signal, taps, stride=1, padding="VALID")               # 96 out
+        small = tf.compat.v1.placeholder(tf.float32, [None, 7, 7, 8])
+        up = _variable("up", [3, 3, 4, 8])
+        tf.nn.conv2d_transpose(small, up, [1, 14, 14, 4], strides=2)         # meets 7 x 7
+        depthwise = _variable("depthwise", [3, 3, 8, 2])
+        tf.nn.depthwise_conv2d(small, depthwise, [1, 1, 1, 1], "SAME")     # 7 x 7 out
+        image = _variable("image", [1, 6, 6, 2])
+        tf.nn.conv2d(image, tf.ones([3, 3, 2, 2]), strides=1, padding="SAME")
+        assert buckets.multiply_adds(taps) == 5 * 4 * 8 * 96
+        assert buckets.multiply_adds(up) == 3 * 3 * 4 * 8 * 7 * 7
+        assert buckets.multiply_adds(depthwise) == 3 * 3 * 8 * 2 * 7 * 7
+        assert buckets.multiply_adds(image) == 6 * 6 * 2
+
+
 def test_multiply_adds_with_unknown_positions_count_elements():
     """A fully convolutional model on images of any size: positions unknown
     when the graph is built, so the filter counts as its elements (the

@@ -16,39 +16,44 @@ import math
 # message costs a head and an RPC); else up to Config.push_buckets.
 ONE_BUCKET_BELOW_BYTES = 64 * 1024
 
-# Ops that read a variable as a filter slid over positions: each filter
-# element is one multiply-add per output position.
-CONVOLUTIONS = {"Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2dNative",
-                "Conv2DBackpropInput", "Conv3DBackpropInputV2"}
-# Ops a read passes through unchanged on its way to the layer.
-READS = {"ReadVariableOp", "Identity", "Cast", "Enter"}
+# Ops that slide a filter (their input 1) over positions: each filter
+# element is one multiply-add per position of the image the filter meets
+# (None: the output's; a transposed convolution's: its input 2's).
+CONVOLUTIONS = {"Conv2D": None, "Conv3D": None, "DepthwiseConv2dNative": None,
+                "Conv2DBackpropInput": 2, "Conv3DBackpropInputV2": 2}
+# Ops a read passes through on its way to the layer (tf.nn.conv1d expands
+# its filter to a Conv2D's).
+READS = {"ReadVariableOp", "Identity", "Cast", "Enter", "ExpandDims"}
 
 
 def multiply_adds(variable, depth=4):
     """Per example, the multiply-adds of the layers reading `variable`:
-    its elements times the output positions of a convolution that slides it,
-    times one otherwise (a dense kernel, a bias, a scale). Positions that are
-    not known when the graph is built count as one."""
+    its elements times the positions of a convolution that slides it, times
+    one otherwise (a dense kernel, a bias, a scale). Positions that are not
+    known when the graph is built count as one."""
     positions = 1
-    frontier = list(variable.op.outputs[0].consumers())
+    carried = [variable.op.outputs[0]]
     for _ in range(depth):
         following = []
-        for op in frontier:
-            if op.type in READS:
-                following += [c for out in op.outputs for c in out.consumers()]
-            elif op.type in CONVOLUTIONS and len(op.outputs) == 1:
-                positions = max(positions, _positions(op))
-        frontier = following
+        for tensor in carried:
+            for op in tensor.consumers():
+                if op.type in READS:
+                    following += op.outputs
+                elif op.type in CONVOLUTIONS and op.inputs[1] is tensor:
+                    positions = max(positions, _positions(op))
+        carried = following
     return variable.shape.num_elements() * positions
 
 
 def _positions(conv):
-    """Output positions per example and channel of a convolution (1 if unknown)."""
-    shape = conv.outputs[0].shape
+    """Positions per example and channel of the image a convolution's filter
+    meets (1 if unknown)."""
+    image_input = CONVOLUTIONS[conv.type]
+    image = conv.outputs[0] if image_input is None else conv.inputs[image_input]
+    shape = image.shape
     if shape.rank is None or shape.rank < 3:
         return 1
-    channels_first = conv.get_attr("data_format").decode().startswith("NC") \
-        if "data_format" in conv.node_def.attr else False
+    channels_first = conv.get_attr("data_format").decode().startswith("NC")
     spatial = shape[2:] if channels_first else shape[1:-1]
     dims = spatial.as_list()
     return math.prod(dims) if all(d is not None for d in dims) else 1
