@@ -78,6 +78,42 @@ def test_multiply_adds_with_unknown_positions_count_elements():
         assert buckets.multiply_adds(w) == 3 * 3 * 3 * 4
 
 
+def _convnet(eval_tower):
+    """Four 3x3 convolutions on 8x8 images and a dense layer, trained; with
+    eval_tower, the first convolution also runs on 128x128 images (say, an
+    evaluation on larger images built on the chief only). Returns (entries,
+    gradients)."""
+    widths = [1, 16, 32, 64, 64]
+    images = tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 1])
+    kernels = [_variable(f"conv{i}", [3, 3, widths[i], widths[i + 1]]) for i in range(4)]
+    dense = _variable("dense", [8 * 8 * 64, 10])
+    x = images
+    for k in kernels:
+        x = tf.nn.relu(tf.nn.conv2d(x, k, strides=1, padding="SAME"))
+    loss = tf.reduce_sum(tf.matmul(tf.reshape(x, [-1, 8 * 8 * 64]), dense))
+    if eval_tower:
+        large = tf.compat.v1.placeholder(tf.float32, [None, 128, 128, 1])
+        tf.nn.conv2d(large, kernels[0], strides=1, padding="SAME")
+    variables = kernels + [dense]
+    return [_Entry(v) for v in variables], tf.gradients(loss, variables)
+
+
+def test_only_the_training_graph_decides_the_split():
+    """Every worker must split alike (the PS's rows are per bucket): a
+    convolution the gradients do not depend on does not move the split."""
+    def split(eval_tower, with_gradients=True):
+        with tf.Graph().as_default():
+            entries, gradients = _convnet(eval_tower)
+            found = buckets.push_buckets(entries, 3, gradients if with_gradients else None)
+            return [[e.name for e in b] for b in found]
+
+    trained = split(eval_tower=False)
+    assert len(trained) == 3
+    assert split(eval_tower=True) == trained
+    # The check can fail: counting the evaluation's convolution moves the split.
+    assert split(eval_tower=True, with_gradients=False) != trained
+
+
 def _resnet20_entries():
     graph = tf.Graph()
     with graph.as_default():

@@ -26,11 +26,14 @@ CONVOLUTIONS = {"Conv2D": None, "Conv3D": None, "DepthwiseConv2dNative": None,
 READS = {"ReadVariableOp", "Identity", "Cast", "Enter", "ExpandDims"}
 
 
-def multiply_adds(variable, depth=4):
+def multiply_adds(variable, training=None, depth=4):
     """Per example, the multiply-adds of the layers reading `variable`:
     its elements times the positions of a convolution that slides it, times
     one otherwise (a dense kernel, a bias, a scale). Positions that are not
-    known when the graph is built count as one."""
+    known when the graph is built count as one. training: if given, the ops
+    the gradients depend on; a convolution outside them (an evaluation tower
+    on other images, say) is not counted, so that every worker building the
+    same training graph splits alike."""
     positions = 1
     carried = [variable.op.outputs[0]]
     for _ in range(depth):
@@ -39,10 +42,24 @@ def multiply_adds(variable, depth=4):
             for op in tensor.consumers():
                 if op.type in READS:
                     following += op.outputs
-                elif op.type in CONVOLUTIONS and op.inputs[1] is tensor:
+                elif (op.type in CONVOLUTIONS and op.inputs[1] is tensor
+                      and (training is None or op in training)):
                     positions = max(positions, _positions(op))
         carried = following
     return variable.shape.num_elements() * positions
+
+
+def ops_behind(tensors):
+    """Every op the tensors (tf.IndexedSlices too) depend on through data."""
+    stack = [t.op for x in tensors for t in ((x.values, x.indices)
+                                             if hasattr(x, "indices") else (x,))]
+    seen = set()
+    while stack:
+        op = stack.pop()
+        if op not in seen:
+            seen.add(op)
+            stack += [t.op for t in op.inputs]
+    return seen
 
 
 def _positions(conv):
@@ -59,14 +76,18 @@ def _positions(conv):
     return math.prod(dims) if all(d is not None for d in dims) else 1
 
 
-def push_buckets(pushed, most):
+def push_buckets(pushed, most, gradients=None):
     """The pushed entries (var_list order: first layers first) as at most
-    `most` buckets in send order, last layers first. Always at least one
-    bucket (maybe empty: the statistics still go)."""
+    `most` buckets in send order, last layers first (gradients: theirs, whose
+    graph says which layers train). Always at least one bucket (maybe empty:
+    the statistics still go)."""
     sizes = [e.dtype.size * e.num_elements for e in pushed]
     total_bytes = sum(sizes)
-    count = 1 if total_bytes < ONE_BUCKET_BELOW_BYTES else most
-    work = [multiply_adds(e.local) for e in pushed]
+    if total_bytes < ONE_BUCKET_BELOW_BYTES or most == 1:
+        return [list(reversed(pushed))]
+    count = most
+    training = ops_behind(gradients) if gradients is not None else None
+    work = [multiply_adds(e.local, training) for e in pushed]
     total_work = sum(work) or 1
     closed, current, nbytes, nwork = [], [], 0, 0
     for entry, size, cost in zip(pushed, sizes, work):

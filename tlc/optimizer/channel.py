@@ -57,7 +57,8 @@ class Channel:
         layers goes on. Each message carries the head (the PS needs the local
         step for each accumulator); the statistics ride in the first."""
         pushed = [e for e in self.entries if e.name in grads]
-        buckets = bucketing.push_buckets(pushed, shared.config.push_buckets)
+        buckets = bucketing.push_buckets(pushed, shared.config.push_buckets,
+                                          [grads[e.name] for e in pushed])
         encoded, messages, templates, nbytes = self._send(shared, grads, pushed, buckets)
         heads, ops_, decoded, gates, worker_version = self._receive(shared, buckets, encoded,
                                                                     messages, templates)
