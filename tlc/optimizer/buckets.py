@@ -85,7 +85,6 @@ def push_buckets(pushed, most, gradients=None):
     total_bytes = sum(sizes)
     if total_bytes < ONE_BUCKET_BELOW_BYTES or most == 1:
         return [list(reversed(pushed))]
-    count = most
     training = ops_behind(gradients) if gradients is not None else None
     work = [multiply_adds(e.local, training) for e in pushed]
     total_work = sum(work) or 1
@@ -93,13 +92,13 @@ def push_buckets(pushed, most, gradients=None):
     for entry, size, cost in zip(pushed, sizes, work):
         current.append(entry)
         nbytes, nwork = nbytes + size, nwork + cost
-        if len(closed) < count - 1 and (nbytes * count >= total_bytes
-                                        or nwork * count >= total_work):
+        if len(closed) < most - 1 and (nbytes * most >= total_bytes
+                                       or nwork * most >= total_work):
             closed.append(current)
             current, nbytes, nwork = [], 0, 0
     # The rest (the last layers) is sent first; a rest holding under a share
     # of both goes with the bucket before it rather than cost a message.
-    if current and closed and nbytes * count < total_bytes and nwork * count < total_work:
+    if current and closed and nbytes * most < total_bytes and nwork * most < total_work:
         closed[-1] += current
     elif current or not closed:
         closed.append(current)
