@@ -271,8 +271,18 @@ def test_step_time_line_prints_a_phase_a_hair_below_zero_as_0():
                  "update": {"ps_decompress_accumulate": 0.0009, "ps_update": -0.0002,
                             "pull_compress": 0.0007}}
     line = report.step_time_line(breakdown)
-    assert "-0" not in line and "PS update 0" in line, line
+    assert "-0" not in line and "PS update 0," in line, line
     assert line.startswith("  step time (ms)     56 = compute 12, push+wait 40, pull+apply 4"), line
+
+
+def test_step_time_line_gives_phases_under_a_millisecond_a_decimal():
+    # Seen in a run: "PS decompress 0, PS update 0" for 0.20 and 0.32 ms.
+    breakdown = {"worker": {"compute": 0.1533, "push_and_wait": 0.0122, "pull_apply": 0.0035,
+                            "push_compress": 0.0039, "ps_decompress_accumulate": 0.000199},
+                 "update": {"ps_update": 0.000321, "pull_compress": 0.000513}}
+    line = report.step_time_line(breakdown)
+    assert line == ("  step time (ms)     169 = compute 153, push+wait 12, pull+apply 4 (in them: "
+                    "compress 4, PS decompress 0.2, PS update 0.3, pull compress 0.5)"), line
 
 
 def test_launch_line_says_the_compression_and_its_s():

@@ -75,16 +75,23 @@ PHASE_LABELS = {"compute": "compute", "push_compress": "compress",  # tlc/optimi
                 "pull_compress": "pull compress"}
 
 
+def _phase_ms(seconds):
+    """A phase in ms: under 1 ms with a decimal (the PS's phases of a small
+    model are 0.2-0.5 ms, not "0"). A phase is the difference of two clocks'
+    stamps; one a hair below zero (-0.0002 s) printed as "-0": it is 0."""
+    ms = 1000 * max(0.0, seconds)
+    if ms == 0:
+        return "0"
+    return f"{ms:.1f}" if ms < 1 else f"{ms:.0f}"
+
+
 def step_time_line(breakdown, wire=None):
     """'  step time  ...' in ms per worker step and per chief update, or None;
     with --trace_steps, how much of the wire ran under compute (trace.wire_line)."""
     if not breakdown or not breakdown.get("worker"):
         return None
     worker, update = breakdown["worker"], breakdown.get("update") or {}
-    # A phase is the difference of two clocks' stamps; one a hair below zero
-    # (-0.0002 s) printed as "-0": it is 0.
-    parts = [f"{PHASE_LABELS[k]} {1000 * max(0.0, v):.0f}"
-             for k, v in {**worker, **update}.items()]
+    parts = [f"{PHASE_LABELS[k]} {_phase_ms(v)}" for k, v in {**worker, **update}.items()]
     total = sum(max(0.0, v) for v in list(worker.values())[:3])
     return f"  step time (ms)     {1000 * total:.0f} = " + ", ".join(parts[:3]) + \
         " (in them: " + ", ".join(parts[3:]) + ")" + (f"; {trace.wire_line(wire)}" if wire else "")
