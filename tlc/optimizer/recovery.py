@@ -73,8 +73,7 @@ class Recovery:
             self._take_restored_at = tf.group(self._restored_at.assign(-1, read_value=False),
                                               self._restored_over.assign(-1, read_value=False))
             persistent = tf.compat.v1.get_collection(state.PERSISTENT)
-            self._persistent_uninitialised = tf.compat.v1.report_uninitialized_variables(
-                persistent)
+            self._persistent_uninitialised = state.uninitialized_names(persistent)
             self._persistent_init = tf.compat.v1.variables_initializer(persistent)
             self._local_version_unset = tf.logical_not(
                 tf.compat.v1.is_variable_initialized(worker.local_version))
@@ -105,7 +104,7 @@ class Recovery:
                                lambda: worker.local_version.read_value() > 0)
         copies = {e.master.name: e.local for e in entries if e.has_local_copy}
         model = tf.compat.v1.global_variables()
-        self._server_uninitialised = tf.compat.v1.report_uninitialized_variables(model)
+        self._server_uninitialised = state.uninitialized_names(model)
         # A reference variable (TF1's kind) cannot be assigned inside a cond's
         # branch (a function): it gets its copy's value, or its initial one,
         # through tf.where; only reads of the worker's copies are in conds.

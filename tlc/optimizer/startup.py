@@ -87,7 +87,7 @@ class SessionOps:
                 _model_into_local_copies(shared, entries, wait_for_chief=True),
                 _after_initializer(worker.is_chief, lambda: worker.is_chief.assign(
                     False, read_value=False)), name="tlc_local_step_init")
-        self.ready_for_local_init_op = tf.compat.v1.report_uninitialized_variables(
+        self.ready_for_local_init_op = state.uninitialized_names(
             tf.compat.v1.global_variables())
         with tf.device(gs.device):
             self.shadow_ready = tf.cond(tf.compat.v1.is_variable_initialized(server.shadow_ready),

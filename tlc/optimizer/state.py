@@ -166,6 +166,15 @@ class WorkerState:
         return [self.bytes_pushed, self.bytes_pulled, self.worker_steps, self.step_seconds]
 
 
+def uninitialized_names(variables):
+    """Names of `variables` not yet initialised: TF's report op, run only
+    when it is needed (a restore, a late start), so marked used: otherwise
+    TF logs it as forgotten ("Object was never used") when it is freed."""
+    names = tf.compat.v1.report_uninitialized_variables(variables)
+    names.mark_used()
+    return names
+
+
 def persistent_variable(value, dtype, name):
     """A worker-local variable that survives session re-creation."""
     return tf.compat.v1.Variable(lambda: tf.constant(value, dtype), trainable=False, name=name,
