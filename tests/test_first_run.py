@@ -272,6 +272,18 @@ def test_quiet_import_drops_only_the_start_up_notices():
     assert quiet.drop_notices(notices + real + notices) == real
 
 
+def test_a_task_imports_tensorflow_without_keras_or_pyplot():
+    """A task imports TF through quiet.import_tensorflow; TF's eager import of
+    Keras 3's optimizers (with matplotlib.pyplot) cost each task ~2 s of CPU."""
+    code = ("import sys; from tlc.job import quiet; quiet.import_tensorflow(); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'keras', 'matplotlib'}))")
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[]", proc.stdout
+
+
 def test_step_time_line_prints_a_phase_a_hair_below_zero_as_0():
     # Seen in a run: the chief's update phases are differences of stamps.
     breakdown = {"worker": {"compute": 0.0121, "push_and_wait": 0.0402, "pull_apply": 0.0035,
