@@ -34,7 +34,7 @@ fi
 # completed after a cut); the hangs after a PS cut found since, a dead session's
 # update or step left on the PS, are fixed (docs/FAULTS.md). The fault and
 # recovery tests run their jobs as processes of their own too, and join them
-# (2026-11-30): the in-turn groups leave about a third of the 2 cores idle
+# (2026-11-30): the in-turn groups leave about 30 % of the 2 cores idle
 # (a graph is built and a cluster started by one Python thread), and these
 # three files took ~12 of their ~64 minutes.
 # The exit code is the first failure's.
