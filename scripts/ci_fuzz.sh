@@ -38,14 +38,16 @@ FLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all -pthr
 CXX=${CXX:-$(command -v g++ || command -v clang++ || true)}
 if [ -z "$CXX" ]; then echo "no C++ compiler (g++ or clang++)" >&2; exit 3; fi
 # The driver's objects are compiled $jobs at a time and kept in $objs under a
-# hash of the compiler, the flags and the preprocessed source: a run over a
-# core with one changed file (the planted-bug test) compiles that file only.
+# hash of the compiler (path and version), the flags and the preprocessed
+# source: a run over a core with one changed file (the planted-bug test)
+# compiles that file only.
 SAN=(-fsanitize=address,undefined)
 objs=${TLC_FUZZ_OBJ:-build/fuzz-obj}
 mkdir -p "$objs"
+compiler="$CXX $("$CXX" --version | head -n 1)"
 compile() {  # source, list file: compiles unless cached, writes the object's path
   local key obj
-  key=$( { echo "$CXX ${FLAGS[*]} ${SAN[*]}"; "$CXX" "${FLAGS[@]}" "${SAN[@]}" -E -P "$1"; } |
+  key=$( { echo "$compiler ${FLAGS[*]} ${SAN[*]}"; "$CXX" "${FLAGS[@]}" "${SAN[@]}" -E -P "$1"; } |
          sha256sum | cut -c1-16) || return 1
   obj="$objs/$(basename "$1" .cc)-$key.o"
   if [ ! -e "$obj" ]; then
