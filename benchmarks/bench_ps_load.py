@@ -236,6 +236,25 @@ def ps_memory_bytes(pid):
     return None
 
 
+def pin(cpus):
+    """A child's preexec_fn running it on `cpus` only (None: no pinning)."""
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
+def ps_cpus(text):
+    """--ps_cpus: a set of this process's CPUs that leaves it at least one."""
+    mine = os.sched_getaffinity(0)
+    try:
+        cpus = {int(c) for c in text.split(",") if c.strip()}
+    except ValueError:
+        raise SystemExit(f"bench_ps_load: --ps_cpus: expected CPU numbers like 0 or 0,1, "
+                         f"got {text!r}") from None
+    if not cpus <= mine or cpus == mine:
+        raise SystemExit(f"bench_ps_load: --ps_cpus: {text!r} must be some, not all, of the "
+                         f"CPUs this process may use ({sorted(mine)})")
+    return cpus
+
+
 def load_average():
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -250,6 +269,7 @@ def run_cell(workers, ps, args, recorded, flags):
     steps = args.warmup + args.window + args.profile_steps
     argv = job_argv(args.config) + [f"--steps={steps}"]
     row = {"workers": workers, "ps": ps, "config": args.config, "steps": steps,
+           "ps_cpus": sorted(args.ps_cpus) or None,
            "load_before": load_average(), "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
     procs = {}
     sim = []
@@ -258,8 +278,11 @@ def run_cell(workers, ps, args, recorded, flags):
             log = open(os.path.join(logdir, f"ps{i}.log"), "wb")  # pylint: disable=consider-using-with
             procs[("ps", i)] = subprocess.Popen(  # pylint: disable=consider-using-with
                 launcher.task_command(spec, "ps", i, logdir, argv), stdout=log,
-                stderr=subprocess.STDOUT, cwd=ROOT)
+                stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=pin(args.ps_cpus))
             log.close()
+        # What the kernel lets each PS run on (read, not assumed from --ps_cpus).
+        row["ps_cpus_allowed"] = [sorted(os.sched_getaffinity(procs[("ps", i)].pid))
+                                  for i in range(ps)]
         built = time.time()
         sim = [SimulatedWorker(spec, i, flags, os.path.join(logdir, "checkpoints"))
                for i in range(workers)]
@@ -524,9 +547,14 @@ def main(argv=None):
     parser.add_argument("--step_seconds", type=float, default=0.2,
                         help="the step time of the projection")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per cell")
+    parser.add_argument("--ps_cpus", default="",
+                        help="CPUs (e.g. 0) the PS tasks alone run on; the generator gets the others")
     parser.add_argument("--out", default=RESULTS)
     parser.add_argument("--rundir", default=os.path.join(ROOT, "runs", "ps_load"))
     args = parser.parse_args(argv)
+    args.ps_cpus = ps_cpus(args.ps_cpus)
+    if args.ps_cpus:
+        os.sched_setaffinity(0, os.sched_getaffinity(0) - args.ps_cpus)
     from tlc.job import task  # pylint: disable=import-outside-toplevel
     task._quiet_tensorflow()  # pylint: disable=protected-access
     tf.compat.v1.disable_eager_execution()

@@ -14,13 +14,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_smallest_cell(tmp_path):
+    """With the PS on a CPU of its own where there are two or more."""
     out = tmp_path / "ps_load.json"
     warmup, window, profiled = 1, 4, 1
+    cpus = sorted(os.sched_getaffinity(0))
+    pinned = [f"--ps_cpus={cpus[0]}"] if len(cpus) > 1 else []
     # Its own process: the simulated workers' in-process TF servers cannot be stopped.
     run = subprocess.run([sys.executable, "-m", "benchmarks.bench_ps_load", "--workers", "2",
                           "--ps", "1", f"--warmup={warmup}", f"--window={window}",
                           f"--profile_steps={profiled}", "--recorded_steps=2", "--idle_seconds=2",
-                          f"--out={out}",
+                          f"--out={out}", *pinned,
                           f"--rundir={tmp_path}"], cwd=ROOT, timeout=900,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     print(run.stdout)
@@ -39,6 +42,7 @@ def test_smallest_cell(tmp_path):
     assert checks["local_copies_equal"] is True
     assert checks["ps_exit_codes"] == [0]  # the job's PS ended when the workers said done
     assert cell["window"] == [warmup, warmup + window]
+    assert cell["ps_cpus_allowed"] == ([cpus[:1]] if pinned else [cpus])
     for figure in (*cell["ps_cpu_seconds_per_step_measured"], cell["global_steps_per_second"],
                    *cell["ps_bytes_per_step"], *cell["ps_rss_bytes"]):
         assert math.isfinite(figure) and figure > 0, cell
@@ -54,3 +58,13 @@ def test_smallest_cell(tmp_path):
     assert profile["traced_worker_steps"] == 2 * profiled
     # The traced steps include the PS device's ops: every push went into its accumulator.
     assert profile["by_category"]["accumulate (3LC push into its accumulator)"] > 0
+
+
+@pytest.mark.parametrize("given", ["x", "0,1,2,3,4,5,6,7,8,9,1000", "1000"])
+def test_ps_cpus_not_a_part_of_this_process_s_cpus_is_refused_in_one_line(given):
+    run = subprocess.run([sys.executable, "-m", "benchmarks.bench_ps_load", f"--ps_cpus={given}",
+                          "--rundir=/nonexistent"], cwd=ROOT, timeout=300,
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and run.stdout == ""
+    assert run.stderr.startswith("bench_ps_load: --ps_cpus: ") and \
+        run.stderr.count("\n") == 1, run.stderr
