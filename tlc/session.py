@@ -28,10 +28,11 @@ import tensorflow as tf
 from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=no-name-in-module
 from tensorflow.python.training import session_manager  # pylint: disable=no-name-in-module
 
+from tlc.watchdog import probe_interval
+
 POLL_SECS = 0.5
 PS_EXIT_GRACE = 0.2  # seconds: lets the last worker's "done" get its reply
 DONE_POLL_SECS = 0.2  # a parameter server looks for new "done"s
-PROBE_SECS = 1.0  # a parameter server asks each worker whether it is there
 # Seconds a worker may not answer before a PS counts it gone: longer than the
 # outages slow, far-away links see (30-120 s) and a supervisor's restart.
 DEFAULT_GRACE = 300.0
@@ -239,8 +240,9 @@ def serve_until_workers_done(server, grace=DEFAULT_GRACE):
 
     A worker is gone once its task has not answered for `grace` seconds: the
     PS asks each worker's TF server for its status (TF's GetStatus RPC, with
-    a deadline) about once a second, counting
-    from its last answer, or from this call for a worker never heard from.
+    a deadline) every tenth of `grace` (1-10 s: tlc.watchdog.probe_interval,
+    the answers cost the PS's CPU per worker), counting from its last
+    answer, or from this call for a worker never heard from.
     A slow worker answers (its gRPC server does, whatever its Python code is
     doing), and a restarted one answers again on its address, so neither
     ends the PS; a crashed, killed or cut-off one ends it after `grace`
@@ -254,7 +256,8 @@ def serve_until_workers_done(server, grace=DEFAULT_GRACE):
     own_device = f"/job:{job}/task:{index}"
     own = tf.compat.v1.ConfigProto(device_filters=[own_device])
     started = time.time()
-    prober = _WorkerProber(addresses, deadline=min(max(1.0, grace / 2), 30.0)).start()
+    prober = _WorkerProber(addresses, deadline=min(max(1.0, grace / 2), 30.0),
+                           every=probe_interval(grace)).start()
     done = set()
     try:
         with tf.Graph().as_default():
@@ -290,7 +293,7 @@ def serve_until_workers_done(server, grace=DEFAULT_GRACE):
 
 class _WorkerProber:
     """Asks each worker's TF server for its status (WorkerService.GetStatus,
-    the RPC TF's own master uses first) about once a second, each from a
+    the RPC TF's own master uses first) every `every` seconds, each from a
     daemon thread of its own, with a deadline; `last_answer(i)` is when
     worker i last answered (None: never). Over a gRPC channel of its own:
     TF's channel to the worker (the one the PS's steps receive the pushes
@@ -298,8 +301,8 @@ class _WorkerProber:
     a worker that is not up yet, and no session is made on the worker. Its
     gRPC threads answer whatever the worker's Python code or ops are doing."""
 
-    def __init__(self, addresses, deadline):
-        self._addresses, self._deadline = addresses, deadline
+    def __init__(self, addresses, deadline, every):
+        self._addresses, self._deadline, self.every = addresses, deadline, every
         self._answers = {}
         self._stop = threading.Event()
 
@@ -330,7 +333,7 @@ class _WorkerProber:
                     self._answers[i] = time.time()
                 except grpc.RpcError:
                     pass  # down, cut off, stopped or not up yet: ask again
-                self._stop.wait(PROBE_SECS)
+                self._stop.wait(self.every)
         finally:
             channel.close()
 

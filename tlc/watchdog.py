@@ -4,13 +4,13 @@ session has SyncReplicasOptimizer's hook).
 TF's gRPC runtime retries an unreachable task forever without a word (its
 "still waiting" lines are C++ INFO logs), and a frozen server (stopped, or
 stuck) still accepts TCP connections: its kernel answers for it. So a
-thread here connects to every parameter server's port once a second, and a
-prober (see `TensorFlowProber`) asks each one for its clock through TF, with
-a deadline, from a thread of its own. A training step that ran on a server
-and ended is its answer: while steps end, neither asks it again (on a
-parameter server each probe is a TF run of its own: a RunGraph and a
-RecvTensor per worker per second, beside the steps'). Lines, at growing
-intervals:
+thread here connects to every parameter server's port, and a prober (see
+`TensorFlowProber`) asks each one for its clock through TF, with a deadline,
+from a thread of its own, every tenth of the stall timeout (1-10 s:
+`probe_interval`). A training step that ran on a server and ended is its
+answer: while steps end, neither asks it again (on a parameter server each
+probe is a TF run of its own: a RunGraph and a RecvTensor per worker, beside
+the steps'). Lines, at growing intervals:
 
   worker 1: waiting for ps0 at host:port for 30 s          (no TCP connect)
   worker 1: ps0 at host:port has not answered for 60 s ... (connects, no answer)
@@ -28,7 +28,18 @@ import threading
 import time
 
 FIRST_REPORT = 10.0  # seconds unreachable before the first line; then x2, x2, ...
-PROBE_EVERY = 1.0
+PROBE_EVERY = 1.0       # seconds between two probes of a server, at least
+PROBE_EVERY_MAX = 10.0  # and at most
+
+
+def probe_interval(timeout):
+    """Seconds between two probes of a server that is watched for `timeout`
+    seconds: a tenth of it, within PROBE_EVERY..PROBE_EVERY_MAX. A probe
+    costs the parameter server it asks 1-2 ms of CPU (measured on 2026-11-30:
+    a worker's TF run on it, or its own GetStatus of a worker), once per
+    worker: at one a second each, 100 workers would take 10-30 % of the PS's
+    core while steps are slower than a second, or idle."""
+    return min(max(float(timeout) / 10, PROBE_EVERY), PROBE_EVERY_MAX)
 
 
 def reachable(address, timeout=1.0):
@@ -68,19 +79,27 @@ def tasks_run_by(ops):
 
 class TensorFlowProber:
     """Asks each parameter server for its clock (tf.timestamp placed on it)
-    once a second, each from a daemon thread of its own, with a deadline;
+    every `every` seconds, each from a daemon thread of its own, with a deadline;
     `last_answer(name)` is when it last answered (None: not yet). A thread
     that blocks (a session being made to a frozen server) only delays its
     own server's next answer, which is what is being measured. A server
     that a training step ran on since the last probe (`answered`) is not
     asked: the step's end was its answer."""
 
-    def __init__(self, target, own_device, servers, deadline):
+    def __init__(self, target, own_device, servers, deadline, every=PROBE_EVERY):
         self.target, self.own_device, self.deadline = target, own_device, float(deadline)
+        self.every = float(every)
         self.servers = dict(servers)  # name -> device, e.g. {"ps0": "/job:ps/task:0"}
         self._answers = {}
         self._answered_by_step = {}  # name -> True: a step ran on it since its last probe
         self._stop = threading.Event()
+
+    @classmethod
+    def for_stall_timeout(cls, target, own_device, servers, stall_timeout):
+        """The prober a Watchdog with this stall_timeout wants: each probe
+        with half of it as its deadline, one every probe_interval of it."""
+        return cls(target, own_device, servers, deadline=max(1.0, stall_timeout / 2),
+                   every=probe_interval(stall_timeout))
 
     def servers_run_by(self, ops):
         """The names of the servers a run of `ops` runs a part on."""
@@ -117,7 +136,7 @@ class TensorFlowProber:
         session = None
         while not self._stop.is_set():
             if self._answered_by_step.pop(name, False):
-                self._stop.wait(PROBE_EVERY)  # a step ran on it since the last probe
+                self._stop.wait(self.every)  # a step ran on it since the last probe
                 continue
             try:
                 if session is None:  # blocks while the server is frozen
@@ -130,7 +149,7 @@ class TensorFlowProber:
                 # Unreachable, or restarted (it forgot the session): a new one. The old
                 # one is left unclosed: closing it would wait for the server too.
                 session = None
-            self._stop.wait(PROBE_EVERY)
+            self._stop.wait(self.every)
 
 
 class Watchdog:
@@ -153,6 +172,8 @@ class Watchdog:
         self._setting, self._alive, self._describe = setting, alive, describe
         self.prober = prober
         self.stall_timeout = float(stall_timeout if stall_timeout is not None else timeout)
+        # Its checks, and a connect at most, once per interval of the shorter timeout.
+        self.every = probe_interval(min(self.stall_timeout, self.timeout))
         self._give_up = give_up or _exit_now
         self._stop = threading.Event()
         self._step = None  # (step, since) while the training loop is inside a step
@@ -194,7 +215,7 @@ class Watchdog:
         started = time.time()
         down_since, reported, silent_reported, up_since = {}, {}, {}, {}
         step_reported = (None, 0)
-        while not self._stop.wait(PROBE_EVERY):
+        while not self._stop.wait(self.every):
             if self._alive is not None and not self._alive():
                 self.stop()
                 return
@@ -202,7 +223,7 @@ class Watchdog:
             quiet = []  # servers that connect but do not answer
             for name, address in self.targets.items():
                 # A step that ran on it within the last interval: reachable, no connect.
-                stepped = now - self._step_answers.get(name, -math.inf) < PROBE_EVERY
+                stepped = now - self._step_answers.get(name, -math.inf) < self.every
                 if address is None or stepped or reachable(address):
                     if name in down_since:
                         up_since[name] = now  # its silence counts from now

@@ -49,8 +49,8 @@ def run(spec, job, index, flags):
     # Names a parameter server that cannot be reached, or is reached but does
     # not answer (frozen), and a step that waits while they all answer.
     servers = {f"ps{i}": f"/job:ps/task:{i}" for i in range(len(spec["ps"]))}
-    prober = watchdog.TensorFlowProber(server.target, own, servers,
-                                       deadline=max(1.0, flags.stall_timeout / 2))
+    prober = watchdog.TensorFlowProber.for_stall_timeout(server.target, own, servers,
+                                                         flags.stall_timeout)
     dog = watchdog.Watchdog(f"worker {index}", {f"ps{i}": a for i, a in enumerate(spec["ps"])},
                             flags.unreachable_timeout, prober=prober,
                             stall_timeout=flags.stall_timeout).start()

@@ -165,8 +165,8 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             tf.DeviceSpec.from_string(v.device) for v in tf.compat.v1.global_variables())
             if spec.job == "ps"})
         servers = {f"ps{task}": f"/job:ps/task:{task}" for task in tasks}
-        prober = watchdog.TensorFlowProber(session.sess_str, shared.worker_host, servers,
-                                           deadline=max(1.0, stall / 2))
+        prober = watchdog.TensorFlowProber.for_stall_timeout(session.sess_str, shared.worker_host,
+                                                             servers, stall)
         graph = session.graph
         # A step that ends is its parameter servers answering: not asked again meanwhile.
         self._step_servers = prober.servers_run_by(
