@@ -171,8 +171,8 @@ class SimulatedWorker:
         # The job's own watchdog, as tlc/job/task.py starts it: its probes are
         # TF runs on every PS, beside the steps.
         servers = {f"ps{i}": f"/job:ps/task:{i}" for i in range(len(self.spec["ps"]))}
-        prober = watchdog.TensorFlowProber(self.server.target, self.own, servers,
-                                           deadline=max(1.0, self.flags.stall_timeout / 2))
+        prober = watchdog.TensorFlowProber.for_stall_timeout(self.server.target, self.own,
+                                                             servers, self.flags.stall_timeout)
         self.dog = watchdog.Watchdog(
             f"worker {self.index}", {f"ps{i}": a for i, a in enumerate(self.spec["ps"])},
             self.flags.unreachable_timeout, prober=prober,
@@ -506,12 +506,17 @@ def good(row):
 
 def projection(rows, step_seconds):
     """Per cell: how many workers the busiest PS core and PS link carry at
-    this step time, from its PS CPU and bytes per worker step."""
+    this step time, from its PS CPU and bytes per worker step. The PS's CPU
+    with no step running (probes of and by the workers, per worker) is
+    counted too, as paid over each step's time: part of it goes on while
+    steps run."""
     out = []
     for r in rows:
         if "error" in r:
             continue
-        per_worker_cpu = max(r["ps_cpu_seconds_per_step"]) / r["workers"]
+        busiest = max(range(r["ps"]), key=lambda i: r["ps_cpu_seconds_per_step"][i])
+        per_worker_cpu = (r["ps_cpu_seconds_per_step"][busiest]
+                          + r["ps_idle_cpu_per_second"][busiest] * step_seconds) / r["workers"]
         per_worker_bytes = max(r["ps_bytes_per_step"]) / r["workers"]
         out.append({"workers": r["workers"], "ps": r["ps"],
                     "workers_per_core": step_seconds / per_worker_cpu,

@@ -31,7 +31,8 @@ def test_smallest_cell(tmp_path):
     # TF's "never used" ERROR blocks at the end: tlc's readiness reports, run only when
     # needed, were freed unrun (printed twice by every run of the generator before).
     assert "Object was never used" not in run.stdout
-    cell, = json.loads(out.read_text())["cells"]
+    results = json.loads(out.read_text())
+    cell, = results["cells"]
     steps = warmup + window + profiled
     checks = cell["checks"]
     assert "error" not in cell, cell
@@ -54,6 +55,11 @@ def test_smallest_cell(tmp_path):
     # Two workers' pushes of 3LC gradients: more than a push's head, less than float32.
     float32_step = 4 * 1_663_274  # the small CNN's parameters
     assert 2 * 1000 < cell["ps_bytes_per_step"][0] < 2 * float32_step
+    # The projection counts the PS's CPU at rest (probes, per worker) over each step's time.
+    step, = [results["projection_step_seconds"]]
+    cpu = cell["ps_cpu_seconds_per_step"][0] + cell["ps_idle_cpu_per_second"][0] * step
+    projected, = results["projection"]
+    assert projected["workers_per_core"] == pytest.approx(step / (cpu / 2))
     profile = cell["profile"]
     assert profile["traced_worker_steps"] == 2 * profiled
     # The traced steps include the PS device's ops: every push went into its accumulator.
