@@ -37,10 +37,14 @@ fi
 # (2026-11-30): the in-turn groups leave about 30 % of the 2 cores idle
 # (a graph is built and a cluster started by one Python thread), and these
 # three files took ~12 of their ~64 minutes. tests/test_probe_interval.py
-# waits ~30 s for probes that come seconds apart.
+# waits ~30 s for probes that come seconds apart. tests/test_build_and_fuzz.py
+# (the Bazel build and the sanitized fuzz run, ~4 minutes of compilers in
+# processes of their own) was [a-c]'s longest part; the lane beside ended
+# ~9 minutes before the in-turn groups (2026-11-30). It runs first, beside
+# [a-c], which alone leaves the cores idlest.
 # The exit code is the first failure's.
-WAITING=(tests/test_own_job_restart.py tests/test_watchdog.py tests/test_serve_until_done.py
-         tests/test_bench_training.py tests/test_autotune.py tests/test_partitions.py
+WAITING=(tests/test_build_and_fuzz.py tests/test_own_job_restart.py tests/test_watchdog.py
+         tests/test_serve_until_done.py tests/test_bench_training.py tests/test_autotune.py tests/test_partitions.py
          tests/test_faults.py tests/test_fault_messages.py tests/test_recovery.py
          tests/test_probe_interval.py)
 IN_TURN=("[a-c]" "[d-m]" "[n-r]" "[s-z]")
