@@ -106,3 +106,33 @@ def test_a_ps_asks_each_worker_every_tenth_of_its_grace(cluster, monkeypatch):
     finally:
         prober.stop()
     assert min(gaps(times)) >= 3, gaps(times)  # the old prober: ~1 s
+
+
+def test_a_ps_waiting_for_done_makes_one_run_per_probe_interval(cluster, monkeypatch):
+    """The PS's serve loop waits in one TF run for the next "done" (at most a
+    probe interval, 10 s at grace 300), not in runs 5 times a second: each
+    run cost the PS 1-2 ms of CPU, most of its CPU at rest. A "done" still
+    ends it at once."""
+    (worker,), (ps,) = cluster
+    runs, real_run = [], tf.compat.v1.Session.run
+
+    def counted(self, *args, **kwargs):
+        runs.append(time.time())
+        return real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(tf.compat.v1.Session, "run", counted)
+    returned = []
+    serving = threading.Thread(
+        target=lambda: returned.append(tlc_session.serve_until_workers_done(ps, grace=300)))
+    serving.start()
+    deadline = time.time() + GUARD
+    while not runs and time.time() < deadline:
+        time.sleep(0.05)
+    assert runs, f"the PS's loop made no run in {GUARD} s"
+    time.sleep(3)  # the old loop: ~30 runs in these 3 s
+    waiting_runs = len(runs)
+    tlc_session.worker_done(worker)  # one run of this thread too
+    serving.join(GUARD)
+    assert not serving.is_alive(), f"the PS still serving {GUARD} s after the only worker's done"
+    assert returned == [[]]
+    assert waiting_runs <= 2, f"{waiting_runs} runs in ~3 s of waiting: {gaps(runs)}"

@@ -32,7 +32,6 @@ from tlc.watchdog import probe_interval
 
 POLL_SECS = 0.5
 PS_EXIT_GRACE = 0.2  # seconds: lets the last worker's "done" get its reply
-DONE_POLL_SECS = 0.2  # a parameter server looks for new "done"s
 # Seconds a worker may not answer before a PS counts it gone: longer than the
 # outages slow, far-away links see (30-120 s) and a supervisor's restart.
 DEFAULT_GRACE = 300.0
@@ -262,23 +261,35 @@ def serve_until_workers_done(server, grace=DEFAULT_GRACE):
     try:
         with tf.Graph().as_default():
             queue = _done_queue(index)
+            take_one = queue.dequeue()
             size = queue.size()
             count = tf.compat.v1.placeholder(tf.int32, [])
             take = queue.dequeue_many(count)
             with tf.compat.v1.Session(server.target, config=own) as sess:
                 while True:
-                    # Silence first, then the queue: a worker that said done
-                    # and then exited has its "done" in the queue by now.
                     now = time.time()
                     silent = {i: now - (prober.last_answer(i) or started)
                               for i in range(num_workers)}
-                    waiting = int(sess.run(size))
-                    if waiting:
-                        done.update(int(i) for i in sess.run(take, {count: waiting}))
                     missing = [i for i in range(num_workers) if i not in done]
                     if all(silent[i] >= grace for i in missing):
+                        # Silence first, then the queue: a worker that said
+                        # done and then went silent has its "done" in it.
+                        waiting = int(sess.run(size))
+                        if waiting:
+                            done.update(int(i) for i in sess.run(take, {count: waiting}))
+                            missing = [i for i in missing if i not in done]
                         break
-                    time.sleep(DONE_POLL_SECS)
+                    # One blocking run until the next "done" or until the
+                    # silence of every missing worker could reach grace (at
+                    # most a probe interval): a run costs the PS ~1-2 ms of
+                    # CPU, and polling 5 times a second was most of its CPU
+                    # at rest.
+                    wait = min(prober.every, max(grace - silent[i] for i in missing))
+                    try:
+                        done.add(int(sess.run(take_one, options=tf.compat.v1.RunOptions(
+                            timeout_in_ms=max(50, int(1000 * wait))))))
+                    except tf.errors.DeadlineExceededError:
+                        pass
     finally:
         prober.stop()
     if missing:
