@@ -262,10 +262,12 @@ def serve_until_workers_done(server, grace=DEFAULT_GRACE):
         with tf.Graph().as_default():
             queue = _done_queue(index)
             take_one = queue.dequeue()
+            wake = queue.enqueue(_WAKE)
             size = queue.size()
             count = tf.compat.v1.placeholder(tf.int32, [])
             take = queue.dequeue_many(count)
-            with tf.compat.v1.Session(server.target, config=own) as sess:
+            with tf.compat.v1.Session(server.target, config=own) as sess, \
+                    _Ticker(lambda: sess.run(wake), prober.every):
                 while True:
                     now = time.time()
                     silent = {i: now - (prober.last_answer(i) or started)
@@ -279,17 +281,12 @@ def serve_until_workers_done(server, grace=DEFAULT_GRACE):
                             done.update(int(i) for i in sess.run(take, {count: waiting}))
                             missing = [i for i in missing if i not in done]
                         break
-                    # One blocking run until the next "done" or until the
-                    # silence of every missing worker could reach grace (at
-                    # most a probe interval): a run costs the PS ~1-2 ms of
-                    # CPU, and polling 5 times a second was most of its CPU
-                    # at rest.
-                    wait = min(prober.every, max(grace - silent[i] for i in missing))
-                    try:
-                        done.add(int(sess.run(take_one, options=tf.compat.v1.RunOptions(
-                            timeout_in_ms=max(50, int(1000 * wait))))))
-                    except tf.errors.DeadlineExceededError:
-                        pass
+                    # One run waits for the next "done" or the ticker's wake
+                    # (every probe interval): a TF run costs the PS 1-2 ms of
+                    # CPU, and looking 5 times a second was most of its CPU
+                    # at rest. Not a run with a deadline: TF logs two
+                    # warnings for each dequeue it cancels.
+                    done.add(int(sess.run(take_one)))
     finally:
         prober.stop()
     if missing:
@@ -300,6 +297,37 @@ def serve_until_workers_done(server, grace=DEFAULT_GRACE):
               flush=True)
     time.sleep(PS_EXIT_GRACE)
     return missing
+
+
+_WAKE = -1  # not a worker's index: the ticker's entry in a PS's done queue
+
+
+class _Ticker:
+    """Calls `tick` every `every` seconds from a daemon thread while in its
+    `with` block; leaving it waits for a tick under way."""
+
+    def __init__(self, tick, every):
+        self._tick, self._every = tick, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="tlc-done-ticker")
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self):
+        while not self._stop.wait(self._every):
+            try:
+                self._tick()
+            except Exception as e:  # pylint: disable=broad-except
+                # The next tick may work; a dead ticker would leave its
+                # waiter blocked with nothing to wake it.
+                print(f"tlc: a tick failed ({type(e).__name__}: {str(e)[:200]}); "
+                      f"trying again in {self._every:g} s", flush=True)
 
 
 class _WorkerProber:
