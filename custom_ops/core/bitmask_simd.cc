@@ -5,6 +5,10 @@
 #include <cstdlib>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 #include "zero_run.h"
 
@@ -1883,21 +1887,93 @@ TLC_AVX2 inline __m256i SignedScale(__m256i value_bits, __m256i minus) {
   return _mm256_xor_si256(value_bits, _mm256_and_si256(minus, sign));
 }
 
-TLC_AVX2 void ExpandAvx2(const uint64_t* nz, const uint64_t* neg, const float* scales,
-                         int64_t span, int64_t begin, int64_t end, float* out) {
-  int64_t lo, hi;
-  float m;
-  for (BlockPieces p(scales, span, begin, end); p.Next(&lo, &hi, &m);) {
-    int64_t i = lo;
-    const int64_t head = std::min(hi, (lo + 7) & ~int64_t{7});
-    ExpandScalar(nz, neg, m, i, head, out);
-    i = head;
-    const __m256i vm = _mm256_castps_si256(_mm256_set1_ps(m));
-    for (; i + 8 <= hi; i += 8) {
-      const __m256i v = SignedScale(_mm256_and_si256(LaneMask(nz, i), vm), LaneMask(neg, i));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), v);
+// Bits i .. i + 31 of a mask (any i < n: the masks' spare word covers the
+// 8-byte load), bit i lowest.
+TLC_ALWAYS_INLINE uint32_t MaskBits32(const uint64_t* bits, int64_t i) {
+  uint64_t word;
+  std::memcpy(&word, reinterpret_cast<const uint8_t*>(bits) + (i >> 3), sizeof(word));
+  return static_cast<uint32_t>(word >> (i & 7));
+}
+
+template <bool Stream>
+TLC_AVX2 inline void Put(float* to, __m256i v) {
+  if (Stream) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(to), v);
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(to), v);
+  }
+}
+
+// The values of `vectors` (1-4) runs of 8 elements from 32 mask bits: lane k
+// of the j-th vector shifts bit 8j + k to the lane's sign bit.
+template <bool Stream>
+TLC_AVX2 inline void ExpandVectors(uint32_t nz_bits, uint32_t neg_bits, __m256i vm, int vectors,
+                                   float* to) {
+  const __m256i z = _mm256_set1_epi32(static_cast<int>(nz_bits));
+  const __m256i s = _mm256_set1_epi32(static_cast<int>(neg_bits));
+  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i shift0 = _mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24);
+  for (int j = 0; j < vectors; ++j) {
+    const __m256i shift = _mm256_sub_epi32(shift0, _mm256_set1_epi32(8 * j));
+    const __m256i keep = _mm256_srai_epi32(_mm256_sllv_epi32(z, shift), 31);
+    const __m256i flip = _mm256_and_si256(_mm256_sllv_epi32(s, shift), sign);
+    Put<Stream>(to + 8 * j, _mm256_xor_si256(_mm256_and_si256(keep, vm), flip));
+  }
+}
+
+// The value of element i, its block's scale looked up.
+TLC_ALWAYS_INLINE float ExpandOne(const uint64_t* nz, const uint64_t* neg, const float* scales,
+                                  int64_t span, int64_t i) {
+  uint32_t m_bits;
+  std::memcpy(&m_bits, &scales[i / span], sizeof(m_bits));
+  return BitsToFloat(ValueBits(m_bits, nz[i >> 6], neg[i >> 6], static_cast<int>(i & 63)));
+}
+
+// `Stream`: stores that bypass the caches, for an output larger than the
+// last-level cache: a plain store first reads the line it writes (twice the
+// memory traffic), and the line would be evicted unread anyway. Every store
+// between the range's ends is a whole aligned vector, even where a block's
+// scale changes inside it: a plain store into a line that streaming stores
+// also write costs that line a round trip to memory.
+template <bool Stream>
+TLC_AVX2 void ExpandAvx2Impl(const uint64_t* nz, const uint64_t* neg, const float* scales,
+                             int64_t span, int64_t begin, int64_t end, float* out) {
+  int64_t i = begin;
+  const int64_t misaligned = (reinterpret_cast<uintptr_t>(out + i) & 31) / sizeof(float);
+  for (const int64_t head = std::min(end, i + ((8 - misaligned) & 7)); i < head; ++i) {
+    out[i] = ExpandOne(nz, neg, scales, span, i);
+  }
+  while (i + 8 <= end) {
+    const int64_t block = i / span;
+    const int64_t block_end = std::min(end, (block + 1) * span);
+    const __m256i vm = _mm256_castps_si256(_mm256_set1_ps(scales[block]));
+    for (; i + 32 <= block_end; i += 32) {
+      ExpandVectors<Stream>(MaskBits32(nz, i), MaskBits32(neg, i), vm, 4, out + i);
     }
-    ExpandScalar(nz, neg, m, i, hi, out);
+    if (i + 8 <= block_end) {
+      const int vectors = static_cast<int>((block_end - i) / 8);
+      ExpandVectors<Stream>(MaskBits32(nz, i), MaskBits32(neg, i), vm, vectors, out + i);
+      i += 8 * vectors;
+    }
+    if (i < block_end && i + 8 <= end) {  // the next block starts inside these 8
+      alignas(32) float values[8];
+      for (int k = 0; k < 8; ++k) values[k] = ExpandOne(nz, neg, scales, span, i + k);
+      Put<Stream>(out + i, _mm256_load_si256(reinterpret_cast<const __m256i*>(values)));
+      i += 8;
+    }
+  }
+  for (; i < end; ++i) out[i] = ExpandOne(nz, neg, scales, span, i);
+  // Streaming stores are weakly ordered: done before whoever joins this task reads out.
+  if (Stream) _mm_sfence();
+}
+
+TLC_AVX2 void ExpandAvx2(const uint64_t* nz, const uint64_t* neg, const float* scales,
+                         int64_t span, int64_t begin, int64_t end, bool bypass_cache,
+                         float* out) {
+  if (bypass_cache && (reinterpret_cast<uintptr_t>(out) & 3) == 0) {
+    ExpandAvx2Impl<true>(nz, neg, scales, span, begin, end, out);
+  } else {
+    ExpandAvx2Impl<false>(nz, neg, scales, span, begin, end, out);
   }
 }
 
@@ -2053,11 +2129,49 @@ void PositionsToValues(const uint32_t* positions, int64_t count, const float* sc
   }
 }
 
+namespace {
+
+// cpu0's last-level cache in bytes: /sys (a core's share, e.g. one AMD CCX's
+// L3), else sysconf (which may count every CCX), else 32 MiB.
+int64_t LastLevelCacheBytes() {
+  int64_t best_level = 0, best_bytes = 0;
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
+    std::ifstream level_file(dir + "/level"), size_file(dir + "/size");
+    int64_t level = 0, size = 0;
+    std::string unit;
+    if (!(level_file >> level) || !(size_file >> size)) continue;
+    size_file >> unit;  // "32768K" reads as 32768 then "K"
+    const int64_t scale = unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : unit == "G" ? 1 << 30 : 1;
+    if (level > best_level || (level == best_level && size * scale > best_bytes)) {
+      best_level = level;
+      best_bytes = size * scale;
+    }
+  }
+  if (best_bytes > 0) return best_bytes;
+  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return llc > 0 ? static_cast<int64_t>(llc) : int64_t{32} << 20;
+}
+
+}  // namespace
+
+bool BypassCacheForWrite(int64_t bytes) {
+  static const int64_t threshold = [] {
+    const char* set = std::getenv("TLC_CODEC_BYPASS_BYTES");  // benchmarks' A/B
+    if (set != nullptr && set[0] != '\0') return static_cast<int64_t>(std::atoll(set));
+    return LastLevelCacheBytes();
+  }();
+  return threshold > 0 && bytes > threshold;
+}
+
 void ExpandBits(const uint64_t* nz, const uint64_t* neg, const float* scales, int64_t span,
-                int64_t begin, int64_t end, float* out) {
+                int64_t begin, int64_t end, bool bypass_cache, float* out) {
 #if TLC_X86_KERNELS
-  if (UseAvx2Kernels()) return ExpandAvx2(nz, neg, scales, span, begin, end, out);
+  if (UseAvx2Kernels()) {
+    return ExpandAvx2(nz, neg, scales, span, begin, end, bypass_cache, out);
+  }
 #endif
+  (void)bypass_cache;
   ExpandGeneric(nz, neg, scales, span, begin, end, out);
 }
 

@@ -145,10 +145,17 @@ Status DecodeGolombToPositions(const uint8_t* code, int64_t len, int b, uint64_t
 void PositionsToValues(const uint32_t* positions, int64_t count, const float* scales,
                        int64_t span, bool accumulate, float* out);
 
+// Whether a dense write of `bytes` should bypass the caches: above the
+// last-level cache's size (cpu0's in /sys, else sysconf, else 32 MiB), where it could not stay
+// cached anyway. TLC_CODEC_BYPASS_BYTES overrides the bound (0: never).
+bool BypassCacheForWrite(int64_t bytes);
+
 // out[i] for i in [begin, end): +0.0f where bit i of nz is clear, else the
 // element's scale m = scales[i / span], negated where bit i of neg is set.
+// `bypass_cache` (BypassCacheForWrite of the whole output) streams the stores
+// past the caches where the kernel can; the values are the same.
 void ExpandBits(const uint64_t* nz, const uint64_t* neg, const float* scales, int64_t span,
-                int64_t begin, int64_t end, float* out);
+                int64_t begin, int64_t end, bool bypass_cache, float* out);
 
 // out[i] += (bit i of neg ? -m : m) where bit i of nz is set, i in [begin, end).
 void AccumulateBits(const uint64_t* nz, const uint64_t* neg, const float* scales, int64_t span,

@@ -174,13 +174,14 @@ void WriteGolomb(const Decoded3LC& d, bool accumulate, const Executor& exec, flo
   if (d.positions) return WritePositions(d, accumulate, exec, out);
   const uint64_t *nz = d.masks.get(), *neg = d.masks.get() + d.words;
   const int64_t tasks = exec.NumTasks(d.n, kMinElementsPerTask);
+  const bool bypass_cache = !accumulate && BypassCacheForWrite(d.n * int64_t{sizeof(float)});
   exec.ParallelFor(tasks, [&](int64_t t) {
     int64_t begin, end;
     TaskRange(d.n, tasks, t, &begin, &end);
     if (accumulate) {
       AccumulateBits(nz, neg, d.scales, d.span, begin, end, out);
     } else {
-      ExpandBits(nz, neg, d.scales, d.span, begin, end, out);
+      ExpandBits(nz, neg, d.scales, d.span, begin, end, bypass_cache, out);
     }
   });
 }
