@@ -1887,12 +1887,14 @@ TLC_AVX2 inline __m256i SignedScale(__m256i value_bits, __m256i minus) {
   return _mm256_xor_si256(value_bits, _mm256_and_si256(minus, sign));
 }
 
-// Bits i .. i + 31 of a mask (any i < n: the masks' spare word covers the
-// 8-byte load), bit i lowest.
-TLC_ALWAYS_INLINE uint32_t MaskBits32(const uint64_t* bits, int64_t i) {
-  uint64_t word;
-  std::memcpy(&word, reinterpret_cast<const uint8_t*>(bits) + (i >> 3), sizeof(word));
-  return static_cast<uint32_t>(word >> (i & 7));
+// Bits i .. i + count - 1 of a mask (count <= 32, i + count <= n), bit i
+// lowest; the word after i's is read only if those bits reach into it.
+TLC_ALWAYS_INLINE uint32_t MaskBitsAt(const uint64_t* bits, int64_t i, int count) {
+  const int64_t w = i >> 6;
+  const int b = static_cast<int>(i & 63);
+  uint64_t v = bits[w] >> b;
+  if (b + count > 64) v |= bits[w + 1] << (64 - b);
+  return static_cast<uint32_t>(v);
 }
 
 template <bool Stream>
@@ -1948,11 +1950,12 @@ TLC_AVX2 void ExpandAvx2Impl(const uint64_t* nz, const uint64_t* neg, const floa
     const int64_t block_end = std::min(end, (block + 1) * span);
     const __m256i vm = _mm256_castps_si256(_mm256_set1_ps(scales[block]));
     for (; i + 32 <= block_end; i += 32) {
-      ExpandVectors<Stream>(MaskBits32(nz, i), MaskBits32(neg, i), vm, 4, out + i);
+      ExpandVectors<Stream>(MaskBitsAt(nz, i, 32), MaskBitsAt(neg, i, 32), vm, 4, out + i);
     }
     if (i + 8 <= block_end) {
       const int vectors = static_cast<int>((block_end - i) / 8);
-      ExpandVectors<Stream>(MaskBits32(nz, i), MaskBits32(neg, i), vm, vectors, out + i);
+      ExpandVectors<Stream>(MaskBitsAt(nz, i, 8 * vectors), MaskBitsAt(neg, i, 8 * vectors), vm,
+                            vectors, out + i);
       i += 8 * vectors;
     }
     if (i < block_end && i + 8 <= end) {  // the next block starts inside these 8
