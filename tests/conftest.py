@@ -15,6 +15,13 @@ import sys
 import pytest
 
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# TF imports Keras 3 (and matplotlib.pyplot through it) on import unless told
+# that its Keras is tf_keras. No test uses Keras, and each process that imports
+# TF then spends ~2.7 s less CPU: pytest's own, and every PS, script and
+# benchmark a test starts (tests/test_bench_sparse.py: 44 -> 39 s of CPU). The
+# job's tasks do the same themselves (tlc/job/quiet.py); the test that checks
+# that takes the variable out of its environment.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 KINDS = ("unit", "cluster", "root", "slow")
 
 
