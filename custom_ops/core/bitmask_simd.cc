@@ -1779,13 +1779,17 @@ struct BlockPieces {
   }
 };
 
+// The value of element i at the scale whose bits are m_bits.
+TLC_ALWAYS_INLINE float ElementValue(const uint64_t* nz, const uint64_t* neg, uint32_t m_bits,
+                                     int64_t i) {
+  return BitsToFloat(ValueBits(m_bits, nz[i >> 6], neg[i >> 6], static_cast<int>(i & 63)));
+}
+
 TLC_ALWAYS_INLINE void ExpandScalar(const uint64_t* nz, const uint64_t* neg, float m, int64_t lo,
                                     int64_t hi, float* out) {
   uint32_t m_bits;
   std::memcpy(&m_bits, &m, sizeof(m_bits));
-  for (int64_t i = lo; i < hi; ++i) {
-    out[i] = BitsToFloat(ValueBits(m_bits, nz[i >> 6], neg[i >> 6], static_cast<int>(i & 63)));
-  }
+  for (int64_t i = lo; i < hi; ++i) out[i] = ElementValue(nz, neg, m_bits, i);
 }
 
 void ExpandGeneric(const uint64_t* nz, const uint64_t* neg, const float* scales, int64_t span,
@@ -1928,7 +1932,7 @@ TLC_ALWAYS_INLINE float ExpandOne(const uint64_t* nz, const uint64_t* neg, const
                                   int64_t span, int64_t i) {
   uint32_t m_bits;
   std::memcpy(&m_bits, &scales[i / span], sizeof(m_bits));
-  return BitsToFloat(ValueBits(m_bits, nz[i >> 6], neg[i >> 6], static_cast<int>(i & 63)));
+  return ElementValue(nz, neg, m_bits, i);
 }
 
 // `Stream`: stores that bypass the caches, for an output larger than the
@@ -1942,9 +1946,9 @@ TLC_AVX2 void ExpandAvx2Impl(const uint64_t* nz, const uint64_t* neg, const floa
                              int64_t span, int64_t begin, int64_t end, float* out) {
   int64_t i = begin;
   const int64_t misaligned = (reinterpret_cast<uintptr_t>(out + i) & 31) / sizeof(float);
-  for (const int64_t head = std::min(end, i + ((8 - misaligned) & 7)); i < head; ++i) {
-    out[i] = ExpandOne(nz, neg, scales, span, i);
-  }
+  const int64_t head = std::min(end, i + ((8 - misaligned) & 7));
+  ExpandGeneric(nz, neg, scales, span, i, head, out);
+  i = head;
   while (i + 8 <= end) {
     const int64_t block = i / span;
     const int64_t block_end = std::min(end, (block + 1) * span);
@@ -1965,7 +1969,7 @@ TLC_AVX2 void ExpandAvx2Impl(const uint64_t* nz, const uint64_t* neg, const floa
       i += 8;
     }
   }
-  for (; i < end; ++i) out[i] = ExpandOne(nz, neg, scales, span, i);
+  ExpandGeneric(nz, neg, scales, span, i, end, out);
   // Streaming stores are weakly ordered: done before whoever joins this task reads out.
   if (Stream) _mm_sfence();
 }
