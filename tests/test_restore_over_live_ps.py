@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from tlc.job.cluster import free_ports
 from tlc import Float32, SyncReplicasOptimizer, ThreeLC, replica
-from tlc.optimizer import pull_log
+from tlc.optimizer import pull_log, state
 from tlc.session import restorers, training_session
 
 pytestmark = pytest.mark.cluster
@@ -367,5 +367,41 @@ def restore_cut_short(capfd, partial, checkpoint_dir=None):
                                np.full(copy.shape, grad, np.float32), 1)
             np.testing.assert_array_equal(got, want)
         return out
+    finally:
+        c.stop()
+
+
+def test_shadows_ready_after_a_restore_means_all_server_state_is_there():
+    """PS 0 (the global step's, with tlc's token state) restarts; the chief's
+    restore from its copy marks the shadows ready, which is what the other
+    workers wait for before they step. At that moment every variable of
+    tlc's PS state must exist: the chief's own session init, which sets the
+    token state too, comes later. Before, the restore left the released-
+    tokens mark and the per-worker step counts unmade, and a worker that
+    stepped in between failed ("Could not find variable
+    tlc_tokens_released", seen once in CI after a PS restart)."""
+    c = Cluster()
+    try:
+        graph, opt, train_op, global_step = build()
+        with graph.as_default():
+            hook = opt.make_session_run_hook(True, num_tokens=0)
+            server_state = tf.compat.v1.get_collection(state.SERVER_STATE)
+            [shadow_ready] = [v for v in server_state if v.op.name == "tlc_shadow_ready"]
+            unmade = tf.compat.v1.report_uninitialized_variables(server_state)
+            with training_session(c.worker.target, True, [hook]) as sess:
+                trained(sess, opt, train_op, global_step)
+                [recovery] = restorers(graph)
+                c.restart(0)
+                deadline = time.time() + 120
+                while True:  # until PS 0 listens again
+                    try:
+                        with tf.compat.v1.Session(c.worker.target) as raw:
+                            assert recovery.restore_model(raw, None, None)
+                            assert raw.run(shadow_ready)
+                            assert [n.decode() for n in raw.run(unmade)] == []
+                        break
+                    except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
+                        assert time.time() < deadline, e
+                        time.sleep(0.5)
     finally:
         c.stop()

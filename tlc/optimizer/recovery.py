@@ -178,7 +178,17 @@ class Recovery:
                                                      read_value=False),
                         # One pull compression per compressed variable per step.
                         server.pull_compressions.assign(local_version * num_compressed,
-                                                        read_value=False)]
+                                                        read_value=False),
+                        server.tokens_released.assign(step, read_value=False)]
+            # The rest of tlc's PS state made (kept where it lives on):
+            # workers step once the shadows are ready, before the chief's
+            # session init makes what this left out.
+            set_here = {v.ref() for v in (server.pull_begin, server.master_begin,
+                                          server.takes_in_update, server.pulls_in_update,
+                                          server.update_seconds, server.pull_compressions,
+                                          server.tokens_released, server.shadow_ready)}
+            restore += [state.ensure_initialized(v) for v in server.variables
+                        if v.ref() not in set_here]
         fresh = [_unless_kept(v, False, lambda v=v: v.initial_value) for v in afresh]
         restore += fresh
         restore.append(self._restored_fresh.assign(
