@@ -9,6 +9,8 @@ the same port), the chief in this process. The update the chief had not
 pulled is made here by hand on the surviving PS: the global step one ahead
 when it survives, else the newest row of a surviving PS's pull log (what the
 chief's update writes there)."""
+import contextlib
+import io
 import json
 import re
 import subprocess
@@ -57,9 +59,10 @@ class Cluster:
             proc.wait()
 
 
-def build(inner=None, grads=(0.5, 0.25), **options):
+def build(inner=None, grads=(0.5, 0.25), compressor=None, **options):
     """v0 (100 values) on PS 0 beside the global step, v1 (10) on PS 1, one
-    worker; grads: a constant or an array per variable."""
+    worker; grads: a constant or an array per variable; compressor: Float32()
+    unless given."""
     graph = tf.Graph()
     with graph.as_default():
         with replica.local_copies("/job:worker/task:0"):
@@ -71,7 +74,7 @@ def build(inner=None, grads=(0.5, 0.25), **options):
         with tf.compat.v1.device("/job:worker/task:0"):
             grads = [tf.constant(g, tf.float32, v.shape) for g, v in zip(grads, (v0, v1))]
             opt = SyncReplicasOptimizer(inner or tf.compat.v1.train.GradientDescentOptimizer(0.1),
-                                        1, 1, compressor=Float32(), **options)
+                                        1, 1, compressor=compressor or Float32(), **options)
             train_op = opt.apply_gradients(zip(grads, [v0, v1]), global_step=global_step)
     return graph, opt, train_op, global_step
 
@@ -403,5 +406,45 @@ def test_shadows_ready_after_a_restore_means_all_server_state_is_there():
                     except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
                         assert time.time() < deadline, e
                         time.sleep(0.5)
+    finally:
+        c.stop()
+
+
+def test_a_session_re_created_keeps_the_push_memory():
+    """PS 1 restarts; the chief's session is re-created in the same process
+    (the model restored from its copy, no checkpoint). Its push memory, what
+    3LC has not sent yet, stays as it was, and it says so in one line.
+    Before, each new session of a MonitoredSession initialised it again as
+    a local variable: zero after every PS restart or lost connection (seen
+    in CI: "push memory starts at zero at step 32")."""
+    c = Cluster()
+    try:
+        rng = np.random.default_rng(5)
+        grads = [rng.standard_t(3, n).astype(np.float32) for n in (100, 10)]
+        graph, opt, train_op, global_step = build(grads=grads, compressor=ThreeLC(),
+                                                  compress_threshold=0)
+        with graph.as_default():
+            memories = [v for v in tf.compat.v1.local_variables()
+                        if v.op.name.endswith("tlc_push_memory")]
+            assert len(memories) == 2
+            v1 = opt.variables_built["v1"].entry.master
+            hook = opt.make_session_run_hook(True, num_tokens=0)
+            lines = []
+            with training_session(c.worker.target, True, [hook]) as sess:
+                trained(sess, opt, train_op, global_step)
+                with tf.compat.v1.Session(c.worker.target) as raw:
+                    before = raw.run(memories)
+                assert all(np.any(m) for m in before)
+                c.restart(1)
+                with contextlib.redirect_stdout(io.StringIO()) as out:
+                    sess.run(v1)  # fails on the restarted PS: a new session, no step
+                lines = [l for l in out.getvalue().splitlines() if "push memory" in l]
+                with tf.compat.v1.Session(c.worker.target) as raw:
+                    after = raw.run(memories)
+                assert sess.run(global_step) == STEPS_BEFORE
+        for was, now in zip(before, after):
+            np.testing.assert_array_equal(now, was)
+        assert lines == [f"tlc: worker 0: push memory kept from this worker's last step at step "
+                         f"{STEPS_BEFORE}: no directory for its shards"], lines
     finally:
         c.stop()

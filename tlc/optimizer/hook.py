@@ -72,6 +72,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._next_save = None  # the step at which the chief saves next by steps
         self._state_seen = None  # the checkpoint state file's last stat seen
         self.chief_update_session = None
+        self._had_session = False  # a session of this hook began before (memories kept)
 
     def begin(self):
         built = self._built()
@@ -84,6 +85,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         built.statistics_wait_in_replies()  # the graph is complete now
         self._init_tokens = self._make_init_tokens() if self._is_chief else None
         self._residuals = self._ops.residuals
+        self._residuals.keep_across_sessions()
         # Before the Scaffold picks the graph's saver: tlc's saves its state.
         residuals_lib.install_saver(self._residuals)
         # And before it picks the init op: on parameter servers that lost the
@@ -215,14 +217,16 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
 
     def _restore_push_memory(self, session, restored):
         """This worker's push memory from its shard for the global step its
-        session starts at (the one the chief restored), or zero, said in
-        one line. The chief's shards are beside its checkpoints."""
+        session starts at (the one the chief restored), or, said in one
+        line, what it held before this session (a session re-created) or
+        zero. The chief's shards are beside its checkpoints."""
         residuals = self._residuals
         step = int(session.run(residuals.global_step))
         directory = self._checkpoint_dir
         if restored is not None:
             directory = os.path.dirname(restored[0])
-        line = residuals.restore_shard(session, directory, step)
+        line = residuals.restore_shard(session, directory, step, keep=self._had_session)
+        self._had_session = True
         if line:
             print(line, flush=True)
         if directory is not None:

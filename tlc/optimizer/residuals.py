@@ -36,6 +36,10 @@ another machine has only the step rule and its end, which is why both exist.
 A worker's session restores its memory from its shard for the global step it
 finds when its session starts (the chief restored that step, or the PS kept
 it); with no such shard its memory starts at zero and it says so in one line.
+A session re-created in the same process (a PS restarted, a connection lost)
+without a shard for its step keeps the memory the worker had (what it has not
+sent yet), and says so: with the hook the memories are not local variables,
+which a MonitoredSession re-initialises with each new session.
 A fresh start (step 0) has nothing to restore. TF's recipes without the hook
 (Supervisor, a plain Session) start every memory at zero and write no shard.
 
@@ -106,12 +110,34 @@ class Residuals:
         self.saved_step = None  # the step of this task's newest shard
         with tf.device(gs.device):
             self.global_step = tf.cast(gs.read_value(), tf.int64)
-        self._loads = []
+        self._loads, nonzero = [], []
         for memory in self.memories:
             with tf.device(memory.device):
                 fed = tf.compat.v1.placeholder(memory.dtype.base_dtype, memory.shape,
                                                name=f"{memory.op.name}/tlc_restore")
                 self._loads.append((fed, memory.assign(fed, read_value=False)))
+                nonzero.append(tf.reduce_any(tf.not_equal(memory, 0)))
+        if self.memories:
+            self._unmade = state.uninitialized_names(self.memories)
+            self._make = tf.compat.v1.variables_initializer(self.memories)
+            self._holds_values = tf.reduce_any(tf.stack(nonzero))
+
+    def keep_across_sessions(self):
+        """Session hook's begin: the memories out of the graph's local
+        variables, which each new session of a MonitoredSession initialises
+        again; the session's local init op (TF's default, made here) makes
+        them only where they are not yet. With a local init op of the
+        user's own, nothing changes."""
+        keys = tf.compat.v1.GraphKeys
+        if not self.memories or tf.compat.v1.get_collection(keys.LOCAL_INIT_OP):
+            return
+        local = tf.compat.v1.get_collection_ref(keys.LOCAL_VARIABLES)
+        mine = {m.ref() for m in self.memories}
+        local[:] = [v for v in local if v.ref() not in mine]
+        tf.compat.v1.add_to_collection(keys.LOCAL_INIT_OP, tf.group(
+            tf.compat.v1.train.Scaffold.default_local_init_op(),
+            *[state.ensure_initialized(m) for m in self.memories],
+            name="tlc_local_init_keeping_push_memories"))
 
     def save_shard(self, session, directory, step):
         """This task's memory into its shard for `step`, written whole or not
@@ -160,15 +186,32 @@ class Residuals:
             except FileNotFoundError:
                 pass
 
-    def restore_shard(self, session, directory, step):
+    def restore_shard(self, session, directory, step, keep=False):
         """This task's memory from its shard for `step`; None, or the one line
-        saying it starts at zero (the memory keeps its initial zeros)."""
+        saying the shard is not used and what the memory holds instead:
+        zeros, or with `keep` (a session re-created in this process) the
+        values it already held, if it holds any."""
         self.saved_step = None
-        if not self.memories or step <= 0:
+        if not self.memories:
+            return None
+        if not keep or len(session.run(self._unmade)):
+            session.run(self._make)
+        if step <= 0:
+            return None
+        why = self._load(session, directory, step)
+        if why is None:
+            self.saved_step = step
             return None
         who = f"tlc: worker {self.index}: push memory"
+        if keep and session.run(self._holds_values):
+            return f"{who} kept from this worker's last step at step {step}: {why}"
+        return f"{who} starts at zero at step {step}: {why}"
+
+    def _load(self, session, directory, step):
+        """The memory from the shard for `step`; None, or why not (nothing
+        is assigned then)."""
         if directory is None:
-            return f"{who} starts at zero at step {step}: no directory for its shards"
+            return "no directory for its shards"
         path = shard_path(directory, self.index, step)
         try:
             with np.load(path) as shard:
@@ -176,18 +219,16 @@ class Residuals:
                 for (fed, _), memory in zip(self._loads, self.memories):
                     value = shard[memory.op.name]
                     if value.shape != tuple(memory.shape.as_list()):
-                        return (f"{who} starts at zero at step {step}: {path} holds "
-                                f"{memory.op.name} with shape {value.shape}, not "
+                        return (f"{path} holds {memory.op.name} with shape {value.shape}, not "
                                 f"{tuple(memory.shape.as_list())}")
                     feed[fed] = value
         except FileNotFoundError:
-            return f"{who} starts at zero at step {step}: no shard {path}"
+            return f"no shard {path}"
         except KeyError as e:
-            return f"{who} starts at zero at step {step}: {path} holds no {e.args[0]}"
+            return f"{path} holds no {e.args[0]}"
         except (OSError, ValueError) as e:
-            return f"{who} starts at zero at step {step}: {path} is unreadable ({e})"
+            return f"{path} is unreadable ({e})"
         session.run([load for _, load in self._loads], feed)
-        self.saved_step = step
         return None
 
     def describe_restore(self):
