@@ -16,7 +16,7 @@ PYTEST=("$PY" -m pytest -q -ra --durations=25)
 if [ $# -gt 0 ]; then
   exec "${PYTEST[@]}" "$@"
 fi
-# The whole suite in five pytest processes. TensorFlow's in-process servers
+# The whole suite in six pytest processes. TensorFlow's in-process servers
 # (tests/local_cluster.py) cannot be stopped: each holds ~85 threads until its
 # process ends, and every thread counts against the kernel's pid_max (32768
 # here) and its process's max_map_count (65530; a thread's stack and guard are
@@ -25,7 +25,7 @@ fi
 # tests/test_[a-m]* 17.5 K, tests/test_[n-z]* 22.2 K (45.8 K maps), and the two
 # side by side aborted the second creating a server. So four processes run
 # one after the other, each ending with its servers: test_[a-c]*, [d-m], [n-r],
-# [s-z]. Beside them, in a fifth process whose output is shown when it ends:
+# [s-z]. Beside them, in two more processes whose output is shown when they end:
 # the loopback fault tests that spend minutes waiting for timeouts, and two
 # main-job runs of ~2 minutes each (a slow-link smoke run, a link slowed
 # mid-run), and the link cuts of tests/test_partitions.py (~8 minutes, most of
