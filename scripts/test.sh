@@ -16,7 +16,7 @@ PYTEST=("$PY" -m pytest -q -ra --durations=25)
 if [ $# -gt 0 ]; then
   exec "${PYTEST[@]}" "$@"
 fi
-# The whole suite in six pytest processes. TensorFlow's in-process servers
+# The whole suite in five pytest processes. TensorFlow's in-process servers
 # (tests/local_cluster.py) cannot be stopped: each holds ~85 threads until its
 # process ends, and every thread counts against the kernel's pid_max (32768
 # here) and its process's max_map_count (65530; a thread's stack and guard are
@@ -25,7 +25,7 @@ fi
 # tests/test_[a-m]* 17.5 K, tests/test_[n-z]* 22.2 K (45.8 K maps), and the two
 # side by side aborted the second creating a server. So four processes run
 # one after the other, each ending with its servers: test_[a-c]*, [d-m], [n-r],
-# [s-z]. Beside them, in two more processes whose output is shown when they end:
+# [s-z]. Beside them, in a fifth process whose output is shown when it ends:
 # the loopback fault tests that spend minutes waiting for timeouts, and two
 # main-job runs of ~2 minutes each (a slow-link smoke run, a link slowed
 # mid-run), and the link cuts of tests/test_partitions.py (~8 minutes, most of
@@ -42,14 +42,11 @@ fi
 # processes of their own) was [a-c]'s longest part; the lane beside ended
 # ~9 minutes before the in-turn groups (2026-11-30). It runs first, beside
 # [a-c], which alone leaves the cores idlest.
-# These tests wait more than they compute, and in one process they were CI's
-# longest lane (45.9 of its 50.4 minutes, 2026-12-01): they run in two
-# processes beside the in-turn groups, each ~23 minutes there.
-BESIDE_1=(tests/test_partitions.py tests/test_own_job_restart.py tests/test_faults.py
-          tests/test_watchdog.py tests/test_serve_until_done.py tests/test_probe_interval.py)
-BESIDE_2=(tests/test_build_and_fuzz.py tests/test_bench_training.py tests/test_autotune.py
-          tests/test_recovery.py tests/test_fault_messages.py)
-WAITING=("${BESIDE_1[@]}" "${BESIDE_2[@]}")
+# The exit code is the first failure's.
+WAITING=(tests/test_build_and_fuzz.py tests/test_own_job_restart.py tests/test_watchdog.py
+         tests/test_serve_until_done.py tests/test_bench_training.py tests/test_autotune.py tests/test_partitions.py
+         tests/test_faults.py tests/test_fault_messages.py tests/test_recovery.py
+         tests/test_probe_interval.py)
 IN_TURN=("[a-c]" "[d-m]" "[n-r]" "[s-z]")
 group() {  # the test files of one letter range, less those run beside
   local f
@@ -59,29 +56,23 @@ group() {  # the test files of one letter range, less those run beside
   done
 }
 if [ -n "${TLC_TEST_PLAN:-}" ]; then  # print the groups, run nothing
-  printf 'beside 1: %s\n' "${BESIDE_1[*]}"
-  printf 'beside 2: %s\n' "${BESIDE_2[*]}"
+  printf 'beside: %s\n' "${WAITING[*]}"
   for r in "${IN_TURN[@]}"; do printf 'in turn %s: %s\n' "$r" "$(group "$r" | xargs)"; done
   exit 0
 fi
 mkdir -p build
-"${PYTEST[@]}" "${BESIDE_1[@]}" >build/test-beside-1.log 2>&1 &
-beside_1=$!
-"${PYTEST[@]}" "${BESIDE_2[@]}" >build/test-beside-2.log 2>&1 &
-beside_2=$!
+waiting_log=build/test-waiting.log
+"${PYTEST[@]}" "${WAITING[@]}" >"$waiting_log" 2>&1 &
+waiting=$!
 status=0
 for r in "${IN_TURN[@]}"; do
   mapfile -t files < <(group "$r")
   [ ${#files[@]} -gt 0 ] || continue
   "${PYTEST[@]}" "${files[@]}" || { s=$?; [ "$status" != 0 ] || status=$s; }
 done
-for lane in 1 2; do
-  pid=beside_$lane
-  w=0
-  wait "${!pid}" || w=$?
-  list=BESIDE_$lane[*]
-  echo "=== ${!list} (run beside the others; log: build/test-beside-$lane.log)"
-  cat "build/test-beside-$lane.log"
-  [ "$status" != 0 ] || status=$w
-done
+w=0
+wait "$waiting" || w=$?
+echo "=== ${WAITING[*]} (run beside the others; log: $waiting_log)"
+cat "$waiting_log"
+[ "$status" != 0 ] || status=$w
 exit "$status"
