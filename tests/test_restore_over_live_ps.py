@@ -395,7 +395,7 @@ def test_shadows_ready_after_a_restore_means_all_server_state_is_there():
                 trained(sess, opt, train_op, global_step)
                 [recovery] = restorers(graph)
                 c.restart(0)
-                deadline = time.time() + 120
+                deadline = time.time() + 600  # a busy machine: a new PS process imports TF first
                 while True:  # until PS 0 listens again
                     try:
                         with tf.compat.v1.Session(c.worker.target) as raw:
