@@ -429,7 +429,6 @@ def test_a_session_re_created_keeps_the_push_memory():
             assert len(memories) == 2
             v1 = opt.variables_built["v1"].entry.master
             hook = opt.make_session_run_hook(True, num_tokens=0)
-            lines = []
             with training_session(c.worker.target, True, [hook]) as sess:
                 trained(sess, opt, train_op, global_step)
                 with tf.compat.v1.Session(c.worker.target) as raw:
@@ -438,7 +437,7 @@ def test_a_session_re_created_keeps_the_push_memory():
                 c.restart(1)
                 with contextlib.redirect_stdout(io.StringIO()) as out:
                     sess.run(v1)  # fails on the restarted PS: a new session, no step
-                lines = [l for l in out.getvalue().splitlines() if "push memory" in l]
+                lines = [line for line in out.getvalue().splitlines() if "push memory" in line]
                 with tf.compat.v1.Session(c.worker.target) as raw:
                     after = raw.run(memories)
                 assert sess.run(global_step) == STEPS_BEFORE
