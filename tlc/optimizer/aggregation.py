@@ -122,6 +122,11 @@ CONNECTION_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
                      tf.errors.OutOfRangeError)
 
 
+def _closed(sess):
+    # Set by Session.close() before it closes the session in TF's runtime.
+    return getattr(sess, "_closed", False)  # pylint: disable=protected-access
+
+
 class ChiefUpdateRunner(queue_runner.QueueRunner):
     """The chief's update loop. The token queue lives on the PS and outlives
     the chief's session: a stop, a re-created session or a lost connection
@@ -130,7 +135,23 @@ class ChiefUpdateRunner(queue_runner.QueueRunner):
     so that the workers waiting for tokens see the error."""
 
     def _run(self, sess, enqueue_op, coord=None):
-        super()._run(sess, enqueue_op, coord)
+        """Runs the update until the coordinator stops, the token queue
+        closes or the session closes. A run that starts while its session is
+        closing fails with InvalidArgument ("A session is not created yet"),
+        not Cancelled: that too is the closed session's end, not an error of
+        the update for the coordinator to raise in the training session."""
+        try:
+            update = sess.make_callable(enqueue_op)
+            while not (coord and coord.should_stop()):
+                update()
+        except Exception as e:  # pylint: disable=broad-except
+            if not (isinstance(e, self._queue_closed_exception_types) or _closed(sess)):
+                if coord is None:
+                    raise
+                coord.request_stop(e)
+        finally:
+            with self._lock:
+                self._runs_per_session[sess] -= 1
         if coord is not None and not coord.should_stop():
             # TF's loop ends quietly on a cancelled run (a closed session):
             # while training goes on, no update would run again.
