@@ -40,12 +40,15 @@ import time
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-import tensorflow as tf  # noqa: E402
+from tlc.job import quiet  # noqa: E402
+
+tf = quiet.import_tensorflow()  # a bad flag's error is then stderr's only line
 
 from benchmarks import jobs  # noqa: E402
 from benchmarks.bench_scaling import cpu_seconds  # noqa: E402
 from tlc.job import cluster as cl  # noqa: E402
 
+PROGRAM = "bench_ps_floor"
 PUSH_BYTES = 40_000   # each of the small CNN's two push buckets (~80 KB a step)
 REPLY_BYTES = 80_000  # its reply
 
@@ -254,16 +257,17 @@ def main(argv=None):
     if args.serve_ps:
         serve_ps(json.loads(args.serve_ps))
         return 0
+    cells = [(w, k, bool(s)) for w in jobs.int_list(args.workers, "--workers", PROGRAM)
+             for k in jobs.int_list(args.extra_nodes, "--extra_nodes", PROGRAM, low=0)
+             for s in jobs.int_list(args.string_reply, "--string_reply", PROGRAM, 0, 1)]
     tf.compat.v1.disable_eager_execution()
     rows = []
     for r in range(args.rounds):
-        for workers in [int(w) for w in args.workers.split(",")]:
-            for extra in [int(k) for k in args.extra_nodes.split(",")]:
-                for string_reply in [bool(int(k)) for k in args.string_reply.split(",")]:
-                    row = dict(run_cell(workers, args.buckets, args.warmup, args.window_seconds,
-                                        extra, args.synchronous, string_reply), round=r)
-                    print(json.dumps(row), flush=True)
-                    rows.append(row)
+        for workers, extra, string_reply in cells:
+            row = dict(run_cell(workers, args.buckets, args.warmup, args.window_seconds,
+                                extra, args.synchronous, string_reply), round=r)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
     jobs.save_rows(args.out, rows)
     return 0
 

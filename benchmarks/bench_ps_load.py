@@ -59,13 +59,17 @@ import time
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-import tensorflow as tf  # noqa: E402
+from tlc.job import quiet  # noqa: E402
 
+tf = quiet.import_tensorflow()  # a bad flag's error is then stderr's only line
+
+from benchmarks import jobs  # noqa: E402
 from benchmarks.bench_scaling import Loopback, cpu_seconds  # noqa: E402
 from tlc.job import cluster as cl  # noqa: E402
 from tlc.job import launcher  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAM = "bench_ps_load"
 RESULTS = os.path.join(ROOT, "docs", "scaling", "ps_load.json")
 LINK_RATES = {"1 Gbit/s": 1e9 / 8, "10 Gbit/s": 10e9 / 8}  # bytes per second
 
@@ -525,17 +529,6 @@ def projection(rows, step_seconds):
     return out
 
 
-def parse_list(text, what):
-    try:
-        values = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise SystemExit(f"bench_ps_load: {what}: expected integers like 8,16, got {text!r}") \
-            from None
-    if not values or min(values) < 1:
-        raise SystemExit(f"bench_ps_load: {what}: expected integers >= 1, got {text!r}")
-    return values
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--workers", default="8,16,32,64,128")
@@ -568,8 +561,8 @@ def main(argv=None):
     recorded = record_gradients(os.path.join(args.rundir, f"gradients_{flags.model}.npz"),
                                 flags, args.recorded_steps)
     rows = []
-    for ps in parse_list(args.ps, "--ps"):
-        for workers in parse_list(args.workers, "--workers"):
+    for ps in jobs.int_list(args.ps, "--ps", PROGRAM):
+        for workers in jobs.int_list(args.workers, "--workers", PROGRAM):
             print(f"bench_ps_load: {workers} workers, {ps} PS (load {load_average()}) ...",
                   flush=True)
             row = run_cell(workers, ps, args, recorded[:args.recorded_steps], flags)

@@ -42,6 +42,20 @@ def run_job(flags, logdir, timeout=3600):
         return json.load(f), proc.stdout
 
 
+def int_list(text, flag, program, low=1, high=None):
+    """A flag's comma list of integers in [low, high], or a one-line error
+    naming the program and the flag."""
+    bound = f"from {low} to {high}" if high is not None else f">= {low}"
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < low or (high is not None and max(values) > high):
+        raise SystemExit(f"{program}: {flag}: expected integers {bound} like {low},{low + 1}, "
+                         f"got {text!r}")
+    return values
+
+
 def save_rows(path, rows):
     """Writes a benchmark's rows with the time they were measured (nothing
     if path is None)."""

@@ -30,3 +30,14 @@ def test_a_step_has_the_rpc_shape_of_a_tlc_step(tmp_path, buckets, workers, sync
     if synchronous:  # every step took a token of the chief's rounds, N a round
         assert row["rounds"] > 0 and abs(row["worker_steps"] - workers * row["rounds"]) <= workers, row
     assert math.isfinite(row["ps_cpu_ms_per_worker_step"]) and row["ps_cpu_ms_per_worker_step"] >= 0
+
+
+@pytest.mark.parametrize("flag", ["--workers=x", "--workers=0", "--extra_nodes=-1",
+                                  "--string_reply=2", "--string_reply=0,1,x"])
+def test_a_bad_cell_flag_is_refused_in_one_line(flag):
+    run = subprocess.run([sys.executable, "-m", "benchmarks.bench_ps_floor", flag], cwd=ROOT,
+                         timeout=300, capture_output=True, text=True)
+    name = flag.split("=")[0]
+    assert run.returncode != 0 and run.stdout == ""
+    assert run.stderr.startswith(f"bench_ps_floor: {name}: expected integers ") and \
+        run.stderr.count("\n") == 1, run.stderr
