@@ -91,7 +91,7 @@ import time
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from tlc import codec  # noqa: E402
+from tlc import _codec, codec  # noqa: E402
 
 MI = 1 << 20
 S = 1.0  # sparsity multiplier of every benchmarked stream
@@ -878,6 +878,12 @@ def fmt(v, digits=2):
     return str(v)
 
 
+def prefetch_note(run):
+    """The small-block prefetch plan the run's process used, when it had chosen one."""
+    plan = run.get("block_prefetch_plan")
+    return f", block quantizer's prefetch plan {plan}" if plan else ""
+
+
 def table(report):
     lines = []
     m = report["machine"]
@@ -889,6 +895,7 @@ def table(report):
         lines.append(f"== n = {run['elements']:,} ({4 * run['elements'] / MI:.4g} MiB float32)"
                      f", {run['residency']}, {run['threads']} thread(s)"
                      f"{', cache flushed before each call' if run['flushed'] else ''}"
+                     f"{prefetch_note(run)}"
                      f"{', ' + run['note'] if run['note'] else ''} ==")
         sp = run.get("memcpy_spread")
         if sp:
@@ -995,6 +1002,8 @@ def run_benchmark(sizes, threads_list, rec, rec_ref, block_size=1000, repeats=No
             spreads = [r["interleaved"] for k, r in results.items() if "interleaved" in r]
             run = {"elements": n, "residency": label, "threads": threads, "repeats": reps,
                    "flushed": flush_on, "note": note, "results": results,
+                   # the block quantizer's small-block prefetch plan ("": not chosen yet)
+                   "block_prefetch_plan": _codec.block_prefetch_plan(),
                    "memcpy_spread": max(spreads, key=lambda v: v["spread"]),
                    "quiet": all(machine_quiet(v) for v in spreads)}
             report["runs"].append(run)

@@ -3,6 +3,7 @@ reference (tests/format_reference.py): sizes around the 64-bit mask words and th
 quantization spans, sparse and clustered inputs whose Golomb gaps run far past 32 * 2^b, every
 truncation of a Golomb payload, and the portable kernels (TLC_CODEC_GENERIC=1) against the AVX2
 ones."""
+import ast
 import hashlib
 import os
 import subprocess
@@ -199,10 +200,12 @@ def test_generic_kernels_write_the_same_bytes():
     are kept there (TLC_CODEC_STAGE=1) or not, and every decompress's stores streamed past
     the caches (TLC_CODEC_BYPASS_BYTES=1: shipped only for outputs above the last-level
     cache; here blocks of 5 and 35 values change scale inside a vector, and outputs start
-    off the 32-byte grid) write the same bytes."""
+    off the 32-byte grid), and the block quantizer under either prefetch plan for small
+    blocks (TLC_CODEC_PREFETCH) write the same bytes."""
     digests = []
     envs = ({}, {"TLC_CODEC_GENERIC": "1"}, {"TLC_CODEC_SLOW_PEXT": "1"},
-            {"TLC_CODEC_STAGE": "1"}, {"TLC_CODEC_STAGE": "0"}, {"TLC_CODEC_BYPASS_BYTES": "1"})
+            {"TLC_CODEC_STAGE": "1"}, {"TLC_CODEC_STAGE": "0"}, {"TLC_CODEC_BYPASS_BYTES": "1"},
+            {"TLC_CODEC_PREFETCH": "x1024"}, {"TLC_CODEC_PREFETCH": "xe2048"})
     for env in envs:
         proc = subprocess.run([sys.executable, "-c", GENERIC_SCRIPT, ROOT], capture_output=True,
                               text=True, timeout=900, env={**os.environ, **env})
@@ -236,11 +239,17 @@ def test_x_and_e_at_the_allocators_layout():
 @pytest.mark.parametrize("tail", [0, 1, 7, 333])
 @pytest.mark.parametrize("shift", [0, 1, 3])
 def test_block_quantizer_prefetch_distances(block_size, tail, shift):
-    """The AVX2 block quantizer prefetches two blocks ahead for blocks up to 1024 values
-    and 3072 values ahead above (kPrefetchAheadSmallBlocks): blocks on both sides of the
+    check_prefetch_windows(block_size, tail, shift)
+
+
+def check_prefetch_windows(block_size, tail, shift):
+    """One case of test_block_quantizer_prefetch_distances (also run by the child)."""
+    """The AVX2 block quantizer prefetches x 1024 or x and e 2048 values ahead for blocks up
+    to 1024 values (kSmallBlockPlans) and 3072 values ahead above: blocks on both sides of the
     switch, a tensor ending inside a prefetch window with a tail not a multiple of the
     vector width, x and e at odd float offsets, an all-zero block and a block of values
-    exactly at +-m/2: the same bytes, scales and error as the reference."""
+    exactly at +-m/2: the same bytes, scales and error as the reference. This process runs
+    one small-block plan; test_both_small_block_prefetch_plans runs each."""
     n = 5 * block_size + tail
     rng = np.random.default_rng(block_size * 31 + tail * 7 + shift)
     x0 = (rng.standard_t(4, n) * 1e-3).astype(np.float32)
@@ -262,6 +271,79 @@ def test_block_quantizer_prefetch_distances(block_size, tail, shift):
         assert np.array_equal(code, rcode)
         assert np.array_equal(bits(m), bits(rm))
         assert np.array_equal(bits(e), bits(re))
+
+
+PREFETCH_SCRIPT = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[1] + "/tests")
+from test_codec_kernels import check_prefetch_windows
+from tlc import _codec
+for block_size in (255, 1000, 1020):
+    for tail in (0, 1, 7, 333, 1030, 2050):
+        for shift in (0, 1, 3):
+            check_prefetch_windows(block_size, tail, shift)
+print(_codec.block_prefetch_plan())
+"""
+
+
+@pytest.mark.parametrize("plan", ["x1024", "xe2048"])
+def test_both_small_block_prefetch_plans(plan):
+    """Each small-block prefetch plan, fixed for a whole process, against the reference on
+    the prefetch-window cases (tensors ending 0-2050 values past their last whole block,
+    i.e. inside either window); the process reports the plan it ran."""
+    proc = subprocess.run([sys.executable, "-c", PREFETCH_SCRIPT, ROOT], capture_output=True,
+                          text=True, timeout=600,
+                          env={**os.environ, "TLC_CODEC_PREFETCH": plan})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [plan if codec_uses_avx2() else ""]
+
+
+TUNER_SCRIPT = r"""
+import sys
+import numpy as np
+from tlc import _codec
+print(repr(_codec.block_prefetch_plan()))
+rng = np.random.default_rng(0)
+x = (rng.standard_t(3, 600_000) * 1e-3).astype(np.float32)
+for _ in range(int(sys.argv[1])):
+    e = np.zeros_like(x)
+    _codec.compress_3lc(x, e, 1.0, adaptive=True, block_size=1000, num_threads=1)
+print(repr(_codec.block_prefetch_plan()))
+"""
+
+
+def codec_uses_avx2():
+    """Whether this machine runs the AVX2 kernels (the tuner's only user)."""
+    flags = open("/proc/cpuinfo", encoding="utf-8").read().split()
+    return all(f in flags for f in ("avx2", "bmi1", "bmi2", "popcnt", "abm"))
+
+
+@pytest.mark.parametrize("env, compresses, first, then", [
+    ({}, 8, "", ""),  # four timed slices of each plan handed out, none chosen yet
+    ({}, 9, "", "tuned"),  # the ninth large slice chooses
+    ({"TLC_CODEC_PREFETCH": "oops"}, 9, "", "tuned"),
+    ({"TLC_CODEC_PREFETCH": "xe2048"}, 1, "xe2048", "xe2048"),
+    ({"TLC_CODEC_GENERIC": "1"}, 9, "", ""),
+])
+def test_the_prefetch_plan_is_chosen_once_after_timing_both(env, compresses, first, then):
+    """A process times both plans on its first eight slices past a core's L2 (one thread,
+    600 K values) and keeps one from the ninth; a fixed plan holds from the start; a name
+    that is neither is refused in one line of stderr and both are timed instead."""
+    proc = subprocess.run([sys.executable, "-c", TUNER_SCRIPT, str(compresses)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if not codec_uses_avx2():
+        assert proc.stdout.splitlines() == ["''", "''"]
+        return
+    before, after = (ast.literal_eval(line) for line in proc.stdout.splitlines())
+    assert before == first
+    assert after in ("x1024", "xe2048") if then == "tuned" else after == then
+    if env.get("TLC_CODEC_PREFETCH") == "oops":
+        assert proc.stderr.strip().splitlines() == [
+            "tlc codec: TLC_CODEC_PREFETCH=oops is neither x1024 nor xe2048; timing both "
+            "instead"]
 
 
 @pytest.mark.parametrize("block_size", [1000, 2045])

@@ -1,10 +1,13 @@
 #include "bitmask_simd.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <string>
 
@@ -173,19 +176,35 @@ TLC_AVX2 MaxAbsResult MaxAbsAvx2(const float* x, const float* e, int64_t count,
 // within the noise), and into L1 at 3072 12.3-13.5 ms against 13.2-14.2
 // into L2 (T2: no better than L2; 2026-11-28).
 constexpr int64_t kPrefetchAhead = 3072;
-// For blocks of up to 1024 values, two blocks ahead instead: such a block
-// is at most one 4 KiB page per array, i.e. about one line in each of the
-// L1's 64 sets (8 ways) for x, for e and for the kept sums; three blocks of
-// x and e prefetched ahead make about 9 lines a set, two make 7, so at 3072
-// the block being quantized presumably loses lines before its error is
-// written (a model: this VM has no cache counters to check it).
-// Compress at 32 Mi values, block 1000, old / new builds alternated: 2048
-// faster in 15 of 19 pairs at x - e = 2^27 + 4 KiB (median -0.24 ms of
-// ~11.6), 14 of 19 spaced (-0.14 ms); block 255 -0.4 to -0.8 ms. At block
-// 2045 (two pages a block) 2048 is one block ahead, too late: +0.1 to
-// +1.0 ms, so larger blocks keep 3072 (2026-11-28).
-constexpr int64_t kPrefetchAheadSmallBlocks = 2048;
+// For blocks of up to 1024 values, one of two plans, chosen per process by
+// timing (PrefetchTuner below), since the faster one depends on the machine.
+// Such a block is at most one 4 KiB page per array, about one line in each
+// of the L1's 64 sets (8 ways) for x, for e and for the kept sums; three
+// blocks of x and e prefetched ahead make about 9 lines a set, two make 7,
+// so at 3072 the block being quantized presumably loses lines before its
+// error is written (a model: these VMs have no cache counters to check it).
+// Compress at 32 Mi values, block 1000, x and e at the allocator's layout:
+// - the 2026-11-28 machine (memcpy 6.5-7 ms): x and e two blocks ahead beat
+//   three in 15 of 19 alternated pairs (median -0.24 ms of ~11.6); one block
+//   ahead (x and e into L2) was 10-15 % slower than three;
+// - the slower-memory Zen 4 of 2026-12-01 (harness memcpy 9-13 ms), best of
+//   9, two alternated runs each: x alone one block ahead 16.5-18.1 ms, x and
+//   e two blocks ahead 24.2-25.4, x and e one block ahead 21.1-22.0, x into
+//   L1 and e into L2 18.1, x alone at 512 / 768 / 1280 / 1536 values ahead
+//   19.2 / 17.1 / 19.5 / 20.0 ms, neither prefetched 21.7-22.0. There e's
+//   lines prefetched into L1 with x's (2^27 + 4 KiB apart, an alias in the
+//   L1's way hash) evict x's and the kept sums.
+// Blocks above 1024 values keep x and e 3072 ahead: at block 2045 (two pages
+// a block) 2048 is one block ahead, too late: +0.1 to +1.0 ms (2026-11-28).
 constexpr int64_t kSmallBlock = 1024;
+// What the block quantizer prefetches ahead of the element it quantizes:
+// x's lines, and e's too or not (then the hardware prefetcher fetches e).
+struct PrefetchPlan {
+  int64_t ahead;
+  bool e_too;
+  const char* name;
+};
+constexpr PrefetchPlan kSmallBlockPlans[2] = {{1024, false, "x1024"}, {2048, true, "xe2048"}};
 constexpr auto kPrefetchHint = _MM_HINT_T0;
 
 // The same operations as QuantizeTail, eight lanes at a time: a + e, the two
@@ -200,7 +219,7 @@ TLC_AVX2 TLC_ALWAYS_INLINE __m256 LoadSum(const float* x, const float* e) {
 }
 
 // With kSummed, x holds the sums x + e; e is then only prefetched.
-template <bool kSummed = false, int64_t kAhead = kPrefetchAhead>
+template <bool kSummed = false, int64_t kAhead = kPrefetchAhead, bool kPrefetchE = true>
 TLC_AVX2 int64_t QuantizeAvx2(const float* x, const float* e, float* e_out, int64_t count,
                               float m, SliceSinks* sinks, int64_t prefetch_end = 0,
                               const float* x_in_memory = nullptr) {
@@ -218,9 +237,11 @@ TLC_AVX2 int64_t QuantizeAvx2(const float* x, const float* e, float* e_out, int6
       _mm_prefetch(reinterpret_cast<const char*>(px), kPrefetchHint);
       _mm_prefetch(reinterpret_cast<const char*>(px + 16), kPrefetchHint);
       _mm_prefetch(reinterpret_cast<const char*>(px + 32), kPrefetchHint);
-      _mm_prefetch(reinterpret_cast<const char*>(pe), kPrefetchHint);
-      _mm_prefetch(reinterpret_cast<const char*>(pe + 16), kPrefetchHint);
-      _mm_prefetch(reinterpret_cast<const char*>(pe + 32), kPrefetchHint);
+      if (kPrefetchE) {
+        _mm_prefetch(reinterpret_cast<const char*>(pe), kPrefetchHint);
+        _mm_prefetch(reinterpret_cast<const char*>(pe + 16), kPrefetchHint);
+        _mm_prefetch(reinterpret_cast<const char*>(pe + 32), kPrefetchHint);
+      }
     }
     uint64_t nz = 0, neg = 0;
     for (int j = 0; j < kSpan / 8; ++j) {
@@ -302,7 +323,7 @@ TLC_AVX2 TLC_ALWAYS_INLINE uint64_t GroupsOf320(const uint64_t* nz) {
 
 // QuantizeAvx2 in spans of 320 elements (64 groups: whole words of every
 // mask), the rest in spans of 40.
-template <bool kFastPext, bool kSummed, int64_t kAhead>
+template <bool kFastPext, bool kSummed, int64_t kAhead, bool kPrefetchE>
 TLC_AVX2 int64_t Quantize320Avx2(const float* x, const float* e, float* e_out, int64_t count,
                                  float m, SliceSinks* sinks, int64_t prefetch_end,
                                  const float* x_in_memory) {
@@ -322,7 +343,9 @@ TLC_AVX2 int64_t Quantize320Avx2(const float* x, const float* e, float* e_out, i
         for (int l = 0; l < 4; ++l) {
           _mm_prefetch(reinterpret_cast<const char*>(x_in_memory + at + kAhead + 16 * l),
                        kPrefetchHint);
-          _mm_prefetch(reinterpret_cast<const char*>(e + at + kAhead + 16 * l), kPrefetchHint);
+          if (kPrefetchE) {
+            _mm_prefetch(reinterpret_cast<const char*>(e + at + kAhead + 16 * l), kPrefetchHint);
+          }
         }
       }
       const uint64_t lo = Quantize32<kSummed>(x + at, e + at, e_out + at, vh, vnh, vm, vnm);
@@ -336,7 +359,7 @@ TLC_AVX2 int64_t Quantize320Avx2(const float* x, const float* e, float* e_out, i
     }
     sinks->grp.Put64(GroupsOf320<kFastPext>(nz));
   }
-  return nonzeros + QuantizeAvx2<kSummed, kAhead>(x + i, e + i, e_out + i, count - i, m, sinks,
+  return nonzeros + QuantizeAvx2<kSummed, kAhead, kPrefetchE>(x + i, e + i, e_out + i, count - i, m, sinks,
                                                   prefetch_end - i, x_in_memory + i);
 }
 
@@ -414,26 +437,99 @@ TLC_AVX2 void CopyAvx2(float* to, const float* from, int64_t count) {
 }
 
 // One block's quantize pass, from the kept sums x + e (summed) or from x and e.
-template <int64_t kAhead>
+template <int64_t kAhead, bool kPrefetchE>
 TLC_AVX2 TLC_ALWAYS_INLINE int64_t QuantizeBlockAvx2(const float* x, const float* e, float* e_out,
                                                      int64_t count, float m, SliceSinks* sinks,
                                                      int64_t prefetch_end, const float* x_in_memory,
                                                      bool fast_pext, bool summed) {
   if (summed) {
-    return fast_pext ? Quantize320Avx2<true, true, kAhead>(x, e, e_out, count, m, sinks,
+    return fast_pext ? Quantize320Avx2<true, true, kAhead, kPrefetchE>(x, e, e_out, count, m, sinks,
                                                            prefetch_end, x_in_memory)
-                     : Quantize320Avx2<false, true, kAhead>(x, e, e_out, count, m, sinks,
+                     : Quantize320Avx2<false, true, kAhead, kPrefetchE>(x, e, e_out, count, m, sinks,
                                                             prefetch_end, x_in_memory);
   }
-  return fast_pext ? Quantize320Avx2<true, false, kAhead>(x, e, e_out, count, m, sinks,
+  return fast_pext ? Quantize320Avx2<true, false, kAhead, kPrefetchE>(x, e, e_out, count, m, sinks,
                                                           prefetch_end, x_in_memory)
-                   : Quantize320Avx2<false, false, kAhead>(x, e, e_out, count, m, sinks,
+                   : Quantize320Avx2<false, false, kAhead, kPrefetchE>(x, e, e_out, count, m, sinks,
                                                            prefetch_end, x_in_memory);
+}
+
+// Picks kSmallBlockPlans' entry for this process: the first 2 * kRounds
+// slices of at least kMinValues values (past a core's L2, where prefetching
+// matters) alternate between the two, timed in thread CPU time; then the
+// one with the lower best time per value is kept. Which one runs never
+// changes a byte of the output. TLC_CODEC_PREFETCH=x1024 or xe2048 fixes it
+// (tests and benchmarks compare both).
+class PrefetchTuner {
+ public:
+  static constexpr int kRounds = 4;
+  static constexpr int64_t kMinValues = int64_t{1} << 18;
+  static constexpr int kDefault = 1;  // until decided, and for small slices
+
+  // The entry for a slice of `values`; *timed when its time is to be reported.
+  int Choose(int64_t values, bool* timed) {
+    *timed = false;
+    const int chosen = chosen_.load(std::memory_order_relaxed);
+    if (chosen >= 0) return chosen;
+    if (values < kMinValues) return kDefault;
+    const int trial = trials_.fetch_add(1, std::memory_order_relaxed);
+    if (trial < 2 * kRounds) {
+      *timed = true;
+      return trial % 2;
+    }
+    const uint64_t a = best_[0].load(), b = best_[1].load();
+    if (a == kUntimed || b == kUntimed) return kDefault;  // a timed slice is still running
+    int expected = -1;
+    chosen_.compare_exchange_strong(expected, b < a ? 1 : 0);
+    return chosen_.load();
+  }
+
+  void Report(int entry, int64_t values, int64_t nanoseconds) {
+    const uint64_t per_value = static_cast<uint64_t>(nanoseconds) * 1000 / values;  // ps
+    uint64_t best = best_[entry].load();
+    while (per_value < best && !best_[entry].compare_exchange_weak(best, per_value)) {
+    }
+  }
+
+  // The plan in use, fixed or chosen; "" while undecided.
+  const char* Plan() const {
+    const int chosen = chosen_.load();
+    return chosen >= 0 ? kSmallBlockPlans[chosen].name : "";
+  }
+
+  static PrefetchTuner& Get() {
+    static PrefetchTuner tuner;
+    return tuner;
+  }
+
+ private:
+  static constexpr uint64_t kUntimed = ~uint64_t{0};
+  PrefetchTuner() {
+    const char* fixed = std::getenv("TLC_CODEC_PREFETCH");
+    if (fixed == nullptr || fixed[0] == '\0') return;
+    for (int i = 0; i < 2; ++i) {
+      if (std::strcmp(kSmallBlockPlans[i].name, fixed) == 0) chosen_ = i;
+    }
+    if (chosen_ < 0) {
+      std::fprintf(stderr, "tlc codec: TLC_CODEC_PREFETCH=%s is neither %s nor %s; timing both "
+                   "instead\n", fixed, kSmallBlockPlans[0].name, kSmallBlockPlans[1].name);
+    }
+  }
+  std::atomic<int> chosen_{-1};
+  std::atomic<int> trials_{0};
+  std::atomic<uint64_t> best_[2] = {kUntimed, kUntimed};
+};
+
+int64_t ThreadCpuNanoseconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
 }
 
 // QuantizeBlocks with the next blocks prefetched during each block's
 // quantization: the maximum of block k + 1 then reads from cache, and the
 // memory traffic overlaps the arithmetic instead of preceding it.
+template <int64_t kSmallAhead, bool kSmallPrefetchE>
 TLC_AVX2 int64_t QuantizeBlocksAvx2(const float* x, const float* e, float* e_out, int64_t n,
                                     int64_t block, int64_t k0, int64_t k1, float s,
                                     float* scales, SliceSinks* sinks, int64_t* bad) {
@@ -461,14 +557,35 @@ TLC_AVX2 int64_t QuantizeBlocksAvx2(const float* x, const float* e, float* e_out
     scales[k] = m;
     nonzeros +=
         small_blocks
-            ? QuantizeBlockAvx2<kPrefetchAheadSmallBlocks>(keep_sums ? sums : xb, e + begin,
-                                                           e_out + begin, end - begin, m, sinks,
-                                                           slice_end - begin, x + begin, fast_pext,
-                                                           keep_sums)
-            : QuantizeBlockAvx2<kPrefetchAhead>(keep_sums ? sums : xb, e + begin, e_out + begin,
+            ? QuantizeBlockAvx2<kSmallAhead, kSmallPrefetchE>(keep_sums ? sums : xb, e + begin, e_out + begin,
+                                             end - begin, m, sinks, slice_end - begin, x + begin,
+                                             fast_pext, keep_sums)
+            : QuantizeBlockAvx2<kPrefetchAhead, true>(keep_sums ? sums : xb, e + begin, e_out + begin,
                                                 end - begin, m, sinks, slice_end - begin,
                                                 x + begin, fast_pext, keep_sums);
   }
+  return nonzeros;
+}
+
+// QuantizeBlocksAvx2 with the prefetch plan PrefetchTuner picks (blocks of
+// up to kSmallBlock values; larger blocks always prefetch x and e
+// kPrefetchAhead values ahead).
+int64_t QuantizeBlocksTuned(const float* x, const float* e, float* e_out, int64_t n,
+                            int64_t block, int64_t k0, int64_t k1, float s, float* scales,
+                            SliceSinks* sinks, int64_t* bad) {
+  const int64_t values = std::min(n, k1 * block) - k0 * block;
+  PrefetchTuner& tuner = PrefetchTuner::Get();
+  bool timed = false;
+  const int entry = block <= kSmallBlock ? tuner.Choose(values, &timed) : 0;
+  const int64_t start = timed ? ThreadCpuNanoseconds() : 0;
+  constexpr PrefetchPlan kA = kSmallBlockPlans[0], kB = kSmallBlockPlans[1];
+  const int64_t nonzeros =
+      entry == 0
+          ? QuantizeBlocksAvx2<kA.ahead, kA.e_too>(x, e, e_out, n, block, k0, k1, s, scales,
+                                                   sinks, bad)
+          : QuantizeBlocksAvx2<kB.ahead, kB.e_too>(x, e, e_out, n, block, k0, k1, s, scales,
+                                                   sinks, bad);
+  if (timed && *bad < 0) tuner.Report(entry, values, ThreadCpuNanoseconds() - start);
   return nonzeros;
 }
 
@@ -2037,13 +2154,20 @@ int64_t QuantizeToBits(const float* x, const float* e, float* e_out, int64_t cou
   return QuantizeGeneric(x, e, e_out, count, m, sinks);
 }
 
+const char* BlockPrefetchPlan() {
+#if TLC_X86_KERNELS
+  if (UseAvx2Kernels()) return PrefetchTuner::Get().Plan();
+#endif
+  return "";
+}
+
 int64_t QuantizeBlocks(const float* x, const float* e, float* e_out, int64_t n, int64_t block,
                        int64_t k0, int64_t k1, float s, float* scales, SliceSinks* sinks,
                        int64_t* bad) {
   *bad = -1;
   if (k0 >= k1) return 0;
 #if TLC_X86_KERNELS
-  if (UseAvx2Kernels()) return QuantizeBlocksAvx2(x, e, e_out, n, block, k0, k1, s, scales, sinks, bad);
+  if (UseAvx2Kernels()) return QuantizeBlocksTuned(x, e, e_out, n, block, k0, k1, s, scales, sinks, bad);
 #endif
   int64_t nonzeros = 0;
   MaxAbsResult p = MaxAbsSum(x + k0 * block, e + k0 * block, std::min(n, (k0 + 1) * block) - k0 * block);

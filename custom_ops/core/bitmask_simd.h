@@ -19,6 +19,13 @@ namespace tlc {
 // tests set it to check that the portable kernels write the same bytes).
 bool UseAvx2Kernels();
 
+// The AVX2 block quantizer's prefetch plan for blocks of up to 1024 values
+// in this process: "x1024" (x's lines 1024 values ahead) or "xe2048" (x's
+// and e's, 2048 ahead), fixed by TLC_CODEC_PREFETCH or chosen by timing both
+// on the first large slices; "" while undecided and where the AVX2 kernels
+// do not run. It changes no byte.
+const char* BlockPrefetchPlan();
+
 // Appends bits, least significant first, to 64-bit words.
 struct BitSink {
   uint64_t* word;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../core/base3.h"
+#include "../core/bitmask_simd.h"
 #include "../core/golomb.h"
 #include "../core/message.h"
 #include "../core/threelc.h"
@@ -283,4 +284,6 @@ PYBIND11_MODULE(_codec, m) {
   m.def("golomb_encode", &GolombEncode, py::arg("positions"), py::arg("b"));
   m.def("golomb_decode", &GolombDecode, py::arg("code"), py::arg("b"), py::arg("n"));
   m.def("golomb_bstar", &GolombBstar, py::arg("p"));
+  // Benchmarks report it: the block quantizer's prefetch plan in use ("": undecided).
+  m.def("block_prefetch_plan", [] { return std::string(tlc::BlockPrefetchPlan()); });
 }
