@@ -200,12 +200,13 @@ def test_generic_kernels_write_the_same_bytes():
     are kept there (TLC_CODEC_STAGE=1) or not, and every decompress's stores streamed past
     the caches (TLC_CODEC_BYPASS_BYTES=1: shipped only for outputs above the last-level
     cache; here blocks of 5 and 35 values change scale inside a vector, and outputs start
-    off the 32-byte grid), and the block quantizer under either prefetch plan for small
+    off the 32-byte grid), and the block quantizer under each prefetch plan for small
     blocks (TLC_CODEC_PREFETCH) write the same bytes."""
     digests = []
     envs = ({}, {"TLC_CODEC_GENERIC": "1"}, {"TLC_CODEC_SLOW_PEXT": "1"},
             {"TLC_CODEC_STAGE": "1"}, {"TLC_CODEC_STAGE": "0"}, {"TLC_CODEC_BYPASS_BYTES": "1"},
-            {"TLC_CODEC_PREFETCH": "x1024"}, {"TLC_CODEC_PREFETCH": "xe2048"})
+            {"TLC_CODEC_PREFETCH": "x1024-staged"}, {"TLC_CODEC_PREFETCH": "x1024"},
+            {"TLC_CODEC_PREFETCH": "xe2048"})
     for env in envs:
         proc = subprocess.run([sys.executable, "-c", GENERIC_SCRIPT, ROOT], capture_output=True,
                               text=True, timeout=900, env={**os.environ, **env})
@@ -244,12 +245,13 @@ def test_block_quantizer_prefetch_distances(block_size, tail, shift):
 
 def check_prefetch_windows(block_size, tail, shift):
     """One case of test_block_quantizer_prefetch_distances (also run by the child)."""
-    """The AVX2 block quantizer prefetches x 1024 or x and e 2048 values ahead for blocks up
-    to 1024 values (kSmallBlockPlans) and 3072 values ahead above: blocks on both sides of the
+    """The AVX2 block quantizer prefetches x 1024 (x staged or not) or x and e 2048 values
+    ahead for blocks up to 1024 values (kSmallBlockPlans) and 3072 values ahead above: blocks
+    on both sides of the
     switch, a tensor ending inside a prefetch window with a tail not a multiple of the
     vector width, x and e at odd float offsets, an all-zero block and a block of values
     exactly at +-m/2: the same bytes, scales and error as the reference. This process runs
-    one small-block plan; test_both_small_block_prefetch_plans runs each."""
+    one small-block plan; test_each_small_block_prefetch_plan runs each."""
     n = 5 * block_size + tail
     rng = np.random.default_rng(block_size * 31 + tail * 7 + shift)
     x0 = (rng.standard_t(4, n) * 1e-3).astype(np.float32)
@@ -287,8 +289,8 @@ print(_codec.block_prefetch_plan())
 """
 
 
-@pytest.mark.parametrize("plan", ["x1024", "xe2048"])
-def test_both_small_block_prefetch_plans(plan):
+@pytest.mark.parametrize("plan", ["x1024-staged", "x1024", "xe2048"])
+def test_each_small_block_prefetch_plan(plan):
     """Each small-block prefetch plan, fixed for a whole process, against the reference on
     the prefetch-window cases (tensors ending 0-2050 values past their last whole block,
     i.e. inside either window); the process reports the plan it ran."""
@@ -320,16 +322,16 @@ def codec_uses_avx2():
 
 
 @pytest.mark.parametrize("env, compresses, first, then", [
-    ({}, 8, "", ""),  # four timed slices of each plan handed out, none chosen yet
-    ({}, 9, "", "tuned"),  # the ninth large slice chooses
-    ({"TLC_CODEC_PREFETCH": "oops"}, 9, "", "tuned"),
+    ({}, 12, "", ""),  # four timed slices of each of three plans handed out, none chosen yet
+    ({}, 13, "", "tuned"),  # the thirteenth large slice chooses
+    ({"TLC_CODEC_PREFETCH": "oops"}, 13, "", "tuned"),
     ({"TLC_CODEC_PREFETCH": "xe2048"}, 1, "xe2048", "xe2048"),
-    ({"TLC_CODEC_GENERIC": "1"}, 9, "", ""),
+    ({"TLC_CODEC_GENERIC": "1"}, 13, "", ""),
 ])
-def test_the_prefetch_plan_is_chosen_once_after_timing_both(env, compresses, first, then):
-    """A process times both plans on its first eight slices past a core's L2 (one thread,
-    600 K values) and keeps one from the ninth; a fixed plan holds from the start; a name
-    that is neither is refused in one line of stderr and both are timed instead."""
+def test_the_prefetch_plan_is_chosen_once_after_timing_each(env, compresses, first, then):
+    """A process times each plan on its first twelve slices past a core's L2 (one thread,
+    600 K values) and keeps one from the thirteenth; a fixed plan holds from the start; a name
+    that is not a plan is refused in one line of stderr and the plans are timed instead."""
     proc = subprocess.run([sys.executable, "-c", TUNER_SCRIPT, str(compresses)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT,
                           env={**os.environ, **env})
@@ -339,11 +341,11 @@ def test_the_prefetch_plan_is_chosen_once_after_timing_both(env, compresses, fir
         return
     before, after = (ast.literal_eval(line) for line in proc.stdout.splitlines())
     assert before == first
-    assert after in ("x1024", "xe2048") if then == "tuned" else after == then
+    assert after in ("x1024-staged", "x1024", "xe2048") if then == "tuned" else after == then
     if env.get("TLC_CODEC_PREFETCH") == "oops":
         assert proc.stderr.strip().splitlines() == [
-            "tlc codec: TLC_CODEC_PREFETCH=oops is neither x1024 nor xe2048; timing both "
-            "instead"]
+            "tlc codec: TLC_CODEC_PREFETCH=oops is not a plan (x1024-staged, x1024, xe2048); "
+            "timing them instead"]
 
 
 @pytest.mark.parametrize("block_size", [1000, 2045])

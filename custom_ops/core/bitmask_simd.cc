@@ -198,13 +198,18 @@ constexpr int64_t kPrefetchAhead = 3072;
 // a block) 2048 is one block ahead, too late: +0.1 to +1.0 ms (2026-11-28).
 constexpr int64_t kSmallBlock = 1024;
 // What the block quantizer prefetches ahead of the element it quantizes:
-// x's lines, and e's too or not (then the hardware prefetcher fetches e).
+// x's lines, and e's too or not (then the hardware prefetcher fetches e);
+// and whether each block's x is first copied to the L1 sums buffer (staged,
+// below), so that the maximum pass reads x and e from different sets.
 struct PrefetchPlan {
   int64_t ahead;
   bool e_too;
+  bool stage_x;
   const char* name;
 };
-constexpr PrefetchPlan kSmallBlockPlans[2] = {{1024, false, "x1024"}, {2048, true, "xe2048"}};
+constexpr int kNumPlans = 3;
+constexpr PrefetchPlan kSmallBlockPlans[kNumPlans] = {
+    {1024, false, true, "x1024-staged"}, {1024, false, false, "x1024"}, {2048, true, false, "xe2048"}};
 constexpr auto kPrefetchHint = _MM_HINT_T0;
 
 // The same operations as QuantizeTail, eight lanes at a time: a + e, the two
@@ -408,8 +413,11 @@ constexpr int64_t kMaxStagedBlock = 2048;
 // 18.4-18.6 ms spaced, and 20.6-20.7 ms with the copy). Now the quantize
 // pass reads only the kept sums, so the copy is pure cost (2026-11-28,
 // 32 Mi values, aliased layout: 14.3-15.1 ms without it against 15.4-15.8 ms
-// with it) and is made only when TLC_CODEC_STAGE=1 forces it (tests compare
-// the bytes of both settings).
+// with it). With x alone prefetched one block ahead (plan x1024-staged) the
+// copy paid again at the allocator's layout (2026-12-01: 15.0-15.9 against
+// 16.2-16.9 ms) and cost a little spaced (15.0-15.2 against 14.5-15.0 ms),
+// so it is a plan of its own; TLC_CODEC_STAGE=1 or 0 forces it on or off in
+// every plan (tests compare the bytes of both settings).
 int ForcedStaging() {
   static const int forced = [] {
     const char* v = std::getenv("TLC_CODEC_STAGE");
@@ -418,7 +426,6 @@ int ForcedStaging() {
   return forced;
 }
 
-TLC_ALWAYS_INLINE bool StageBlock() { return ForcedStaging() == 1; }
 
 // x's block into the (64-byte aligned) staging buffer, before e's block is
 // read: copied while reading e, x's lines evicted e's (and e's x's) again
@@ -454,17 +461,17 @@ TLC_AVX2 TLC_ALWAYS_INLINE int64_t QuantizeBlockAvx2(const float* x, const float
                                                            prefetch_end, x_in_memory);
 }
 
-// Picks kSmallBlockPlans' entry for this process: the first 2 * kRounds
-// slices of at least kMinValues values (past a core's L2, where prefetching
-// matters) alternate between the two, timed in thread CPU time; then the
-// one with the lower best time per value is kept. Which one runs never
-// changes a byte of the output. TLC_CODEC_PREFETCH=x1024 or xe2048 fixes it
-// (tests and benchmarks compare both).
+// Picks kSmallBlockPlans' entry for this process: the first kNumPlans *
+// kRounds slices of at least kMinValues values (past a core's L2, where
+// prefetching matters) take the plans in turn, timed in thread CPU time;
+// then the plan with the lowest best time per value is kept. Which plan
+// runs never changes a byte of the output. TLC_CODEC_PREFETCH=<a plan's
+// name> fixes it (tests and benchmarks compare them).
 class PrefetchTuner {
  public:
   static constexpr int kRounds = 4;
   static constexpr int64_t kMinValues = int64_t{1} << 18;
-  static constexpr int kDefault = 1;  // until decided, and for small slices
+  static constexpr int kDefault = kNumPlans - 1;  // until decided, and for small slices
 
   // The entry for a slice of `values`; *timed when its time is to be reported.
   int Choose(int64_t values, bool* timed) {
@@ -473,14 +480,18 @@ class PrefetchTuner {
     if (chosen >= 0) return chosen;
     if (values < kMinValues) return kDefault;
     const int trial = trials_.fetch_add(1, std::memory_order_relaxed);
-    if (trial < 2 * kRounds) {
+    if (trial < kNumPlans * kRounds) {
       *timed = true;
-      return trial % 2;
+      return trial % kNumPlans;
     }
-    const uint64_t a = best_[0].load(), b = best_[1].load();
-    if (a == kUntimed || b == kUntimed) return kDefault;  // a timed slice is still running
+    int fastest = 0;
+    for (int i = 0; i < kNumPlans; ++i) {
+      const uint64_t best = best_[i].load();
+      if (best == kUntimed) return kDefault;  // a timed slice is still running
+      if (best < best_[fastest].load()) fastest = i;
+    }
     int expected = -1;
-    chosen_.compare_exchange_strong(expected, b < a ? 1 : 0);
+    chosen_.compare_exchange_strong(expected, fastest);
     return chosen_.load();
   }
 
@@ -505,19 +516,22 @@ class PrefetchTuner {
  private:
   static constexpr uint64_t kUntimed = ~uint64_t{0};
   PrefetchTuner() {
+    for (auto& best : best_) best = kUntimed;
     const char* fixed = std::getenv("TLC_CODEC_PREFETCH");
     if (fixed == nullptr || fixed[0] == '\0') return;
-    for (int i = 0; i < 2; ++i) {
+    std::string names;
+    for (int i = 0; i < kNumPlans; ++i) {
       if (std::strcmp(kSmallBlockPlans[i].name, fixed) == 0) chosen_ = i;
+      names += std::string(i ? ", " : "") + kSmallBlockPlans[i].name;
     }
     if (chosen_ < 0) {
-      std::fprintf(stderr, "tlc codec: TLC_CODEC_PREFETCH=%s is neither %s nor %s; timing both "
-                   "instead\n", fixed, kSmallBlockPlans[0].name, kSmallBlockPlans[1].name);
+      std::fprintf(stderr, "tlc codec: TLC_CODEC_PREFETCH=%s is not a plan (%s); timing them "
+                   "instead\n", fixed, names.c_str());
     }
   }
   std::atomic<int> chosen_{-1};
   std::atomic<int> trials_{0};
-  std::atomic<uint64_t> best_[2] = {kUntimed, kUntimed};
+  std::atomic<uint64_t> best_[kNumPlans];
 };
 
 int64_t ThreadCpuNanoseconds() {
@@ -529,13 +543,15 @@ int64_t ThreadCpuNanoseconds() {
 // QuantizeBlocks with the next blocks prefetched during each block's
 // quantization: the maximum of block k + 1 then reads from cache, and the
 // memory traffic overlaps the arithmetic instead of preceding it.
-template <int64_t kSmallAhead, bool kSmallPrefetchE>
+template <int kPlan>
 TLC_AVX2 int64_t QuantizeBlocksAvx2(const float* x, const float* e, float* e_out, int64_t n,
                                     int64_t block, int64_t k0, int64_t k1, float s,
                                     float* scales, SliceSinks* sinks, int64_t* bad) {
+  constexpr PrefetchPlan kSmall = kSmallBlockPlans[kPlan];
   int64_t nonzeros = 0;
   const bool fast_pext = FastPext();
   const bool small_blocks = block <= kSmallBlock;
+  const bool stage = ForcedStaging() < 0 ? small_blocks && kSmall.stage_x : ForcedStaging() == 1;
   const int64_t slice_end = std::min(n, k1 * block);
   // The block's sums x + e, kept by the maximum pass for the quantize pass
   // (in place of x's staged copy, if any: each sum is stored after its x is read).
@@ -544,7 +560,7 @@ TLC_AVX2 int64_t QuantizeBlocksAvx2(const float* x, const float* e, float* e_out
     const int64_t begin = k * block, end = std::min(n, begin + block);
     const bool keep_sums = end - begin <= kMaxStagedBlock;
     const float* xb = x + begin;
-    if (keep_sums && StageBlock()) {
+    if (keep_sums && stage) {
       CopyAvx2(sums, xb, end - begin);
       xb = sums;
     }
@@ -557,12 +573,14 @@ TLC_AVX2 int64_t QuantizeBlocksAvx2(const float* x, const float* e, float* e_out
     scales[k] = m;
     nonzeros +=
         small_blocks
-            ? QuantizeBlockAvx2<kSmallAhead, kSmallPrefetchE>(keep_sums ? sums : xb, e + begin, e_out + begin,
-                                             end - begin, m, sinks, slice_end - begin, x + begin,
-                                             fast_pext, keep_sums)
-            : QuantizeBlockAvx2<kPrefetchAhead, true>(keep_sums ? sums : xb, e + begin, e_out + begin,
-                                                end - begin, m, sinks, slice_end - begin,
-                                                x + begin, fast_pext, keep_sums);
+            ? QuantizeBlockAvx2<kSmall.ahead, kSmall.e_too>(keep_sums ? sums : xb, e + begin,
+                                                            e_out + begin, end - begin, m, sinks,
+                                                            slice_end - begin, x + begin,
+                                                            fast_pext, keep_sums)
+            : QuantizeBlockAvx2<kPrefetchAhead, true>(keep_sums ? sums : xb, e + begin,
+                                                      e_out + begin, end - begin, m, sinks,
+                                                      slice_end - begin, x + begin, fast_pext,
+                                                      keep_sums);
   }
   return nonzeros;
 }
@@ -578,13 +596,11 @@ int64_t QuantizeBlocksTuned(const float* x, const float* e, float* e_out, int64_
   bool timed = false;
   const int entry = block <= kSmallBlock ? tuner.Choose(values, &timed) : 0;
   const int64_t start = timed ? ThreadCpuNanoseconds() : 0;
-  constexpr PrefetchPlan kA = kSmallBlockPlans[0], kB = kSmallBlockPlans[1];
-  const int64_t nonzeros =
-      entry == 0
-          ? QuantizeBlocksAvx2<kA.ahead, kA.e_too>(x, e, e_out, n, block, k0, k1, s, scales,
-                                                   sinks, bad)
-          : QuantizeBlocksAvx2<kB.ahead, kB.e_too>(x, e, e_out, n, block, k0, k1, s, scales,
-                                                   sinks, bad);
+  static_assert(kNumPlans == 3, "one case per plan");
+  const auto quantize = entry == 0   ? &QuantizeBlocksAvx2<0>
+                        : entry == 1 ? &QuantizeBlocksAvx2<1>
+                                     : &QuantizeBlocksAvx2<2>;
+  const int64_t nonzeros = quantize(x, e, e_out, n, block, k0, k1, s, scales, sinks, bad);
   if (timed && *bad < 0) tuner.Report(entry, values, ThreadCpuNanoseconds() - start);
   return nonzeros;
 }

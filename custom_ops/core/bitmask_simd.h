@@ -20,10 +20,11 @@ namespace tlc {
 bool UseAvx2Kernels();
 
 // The AVX2 block quantizer's prefetch plan for blocks of up to 1024 values
-// in this process: "x1024" (x's lines 1024 values ahead) or "xe2048" (x's
-// and e's, 2048 ahead), fixed by TLC_CODEC_PREFETCH or chosen by timing both
-// on the first large slices; "" while undecided and where the AVX2 kernels
-// do not run. It changes no byte.
+// in this process: "x1024-staged" or "x1024" (x's lines 1024 values ahead,
+// each block's x copied to L1 before e is read or not) or "xe2048" (x's and
+// e's, 2048 ahead), fixed by TLC_CODEC_PREFETCH or chosen by timing each on
+// the first large slices; "" while undecided and where the AVX2 kernels do
+// not run. It changes no byte.
 const char* BlockPrefetchPlan();
 
 // Appends bits, least significant first, to 64-bit words.
