@@ -176,7 +176,7 @@ TLC_AVX2 MaxAbsResult MaxAbsAvx2(const float* x, const float* e, int64_t count,
 // within the noise), and into L1 at 3072 12.3-13.5 ms against 13.2-14.2
 // into L2 (T2: no better than L2; 2026-11-28).
 constexpr int64_t kPrefetchAhead = 3072;
-// For blocks of up to 1024 values, one of two plans, chosen per process by
+// For blocks of up to 1024 values, one of three plans, chosen per process by
 // timing (PrefetchTuner below), since the faster one depends on the machine.
 // Such a block is at most one 4 KiB page per array, about one line in each
 // of the L1's 64 sets (8 ways) for x, for e and for the kept sums; three
@@ -208,8 +208,9 @@ struct PrefetchPlan {
   const char* name;
 };
 constexpr int kNumPlans = 3;
-constexpr PrefetchPlan kSmallBlockPlans[kNumPlans] = {
-    {1024, false, true, "x1024-staged"}, {1024, false, false, "x1024"}, {2048, true, false, "xe2048"}};
+constexpr PrefetchPlan kSmallBlockPlans[kNumPlans] = {{1024, false, true, "x1024-staged"},
+                                                      {1024, false, false, "x1024"},
+                                                      {2048, true, false, "xe2048"}};
 constexpr auto kPrefetchHint = _MM_HINT_T0;
 
 // The same operations as QuantizeTail, eight lanes at a time: a + e, the two
@@ -364,8 +365,9 @@ TLC_AVX2 int64_t Quantize320Avx2(const float* x, const float* e, float* e_out, i
     }
     sinks->grp.Put64(GroupsOf320<kFastPext>(nz));
   }
-  return nonzeros + QuantizeAvx2<kSummed, kAhead, kPrefetchE>(x + i, e + i, e_out + i, count - i, m, sinks,
-                                                  prefetch_end - i, x_in_memory + i);
+  return nonzeros + QuantizeAvx2<kSummed, kAhead, kPrefetchE>(x + i, e + i, e_out + i, count - i,
+                                                              m, sinks, prefetch_end - i,
+                                                              x_in_memory + i);
 }
 
 bool AmdCpu() {
@@ -426,7 +428,6 @@ int ForcedStaging() {
   return forced;
 }
 
-
 // x's block into the (64-byte aligned) staging buffer, before e's block is
 // read: copied while reading e, x's lines evicted e's (and e's x's) again
 // whenever a load crossed into the next line, i.e. with unaligned arrays.
@@ -450,15 +451,15 @@ TLC_AVX2 TLC_ALWAYS_INLINE int64_t QuantizeBlockAvx2(const float* x, const float
                                                      int64_t prefetch_end, const float* x_in_memory,
                                                      bool fast_pext, bool summed) {
   if (summed) {
-    return fast_pext ? Quantize320Avx2<true, true, kAhead, kPrefetchE>(x, e, e_out, count, m, sinks,
-                                                           prefetch_end, x_in_memory)
-                     : Quantize320Avx2<false, true, kAhead, kPrefetchE>(x, e, e_out, count, m, sinks,
-                                                            prefetch_end, x_in_memory);
+    return fast_pext ? Quantize320Avx2<true, true, kAhead, kPrefetchE>(
+                           x, e, e_out, count, m, sinks, prefetch_end, x_in_memory)
+                     : Quantize320Avx2<false, true, kAhead, kPrefetchE>(
+                           x, e, e_out, count, m, sinks, prefetch_end, x_in_memory);
   }
-  return fast_pext ? Quantize320Avx2<true, false, kAhead, kPrefetchE>(x, e, e_out, count, m, sinks,
-                                                          prefetch_end, x_in_memory)
-                   : Quantize320Avx2<false, false, kAhead, kPrefetchE>(x, e, e_out, count, m, sinks,
-                                                           prefetch_end, x_in_memory);
+  return fast_pext ? Quantize320Avx2<true, false, kAhead, kPrefetchE>(
+                         x, e, e_out, count, m, sinks, prefetch_end, x_in_memory)
+                   : Quantize320Avx2<false, false, kAhead, kPrefetchE>(
+                         x, e, e_out, count, m, sinks, prefetch_end, x_in_memory);
 }
 
 // Picks kSmallBlockPlans' entry for this process: the first kNumPlans *
@@ -487,7 +488,9 @@ class PrefetchTuner {
     int fastest = 0;
     for (int i = 0; i < kNumPlans; ++i) {
       const uint64_t best = best_[i].load();
-      if (best == kUntimed) return kDefault;  // a timed slice is still running
+      // A timed slice still running, or every one of a plan's stopped at a
+      // non-finite block (then this process keeps the default).
+      if (best == kUntimed) return kDefault;
       if (best < best_[fastest].load()) fastest = i;
     }
     int expected = -1;
@@ -2183,7 +2186,9 @@ int64_t QuantizeBlocks(const float* x, const float* e, float* e_out, int64_t n, 
   *bad = -1;
   if (k0 >= k1) return 0;
 #if TLC_X86_KERNELS
-  if (UseAvx2Kernels()) return QuantizeBlocksTuned(x, e, e_out, n, block, k0, k1, s, scales, sinks, bad);
+  if (UseAvx2Kernels()) {
+    return QuantizeBlocksTuned(x, e, e_out, n, block, k0, k1, s, scales, sinks, bad);
+  }
 #endif
   int64_t nonzeros = 0;
   MaxAbsResult p = MaxAbsSum(x + k0 * block, e + k0 * block, std::min(n, (k0 + 1) * block) - k0 * block);
