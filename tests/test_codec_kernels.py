@@ -240,18 +240,17 @@ def test_x_and_e_at_the_allocators_layout():
 @pytest.mark.parametrize("tail", [0, 1, 7, 333])
 @pytest.mark.parametrize("shift", [0, 1, 3])
 def test_block_quantizer_prefetch_distances(block_size, tail, shift):
+    """The AVX2 block quantizer prefetches x 1024 (x staged or not) or x and e 2048 values
+    ahead for blocks up to 1024 values (kSmallBlockPlans) and 3072 values ahead above: blocks
+    on both sides of the switch, a tensor ending inside a prefetch window with a tail not a
+    multiple of the vector width, x and e at odd float offsets, an all-zero block and a block
+    of values exactly at +-m/2: the same bytes, scales and error as the reference. This
+    process runs one small-block plan; test_each_small_block_prefetch_plan runs each."""
     check_prefetch_windows(block_size, tail, shift)
 
 
 def check_prefetch_windows(block_size, tail, shift):
     """One case of test_block_quantizer_prefetch_distances (also run by the child)."""
-    """The AVX2 block quantizer prefetches x 1024 (x staged or not) or x and e 2048 values
-    ahead for blocks up to 1024 values (kSmallBlockPlans) and 3072 values ahead above: blocks
-    on both sides of the
-    switch, a tensor ending inside a prefetch window with a tail not a multiple of the
-    vector width, x and e at odd float offsets, an all-zero block and a block of values
-    exactly at +-m/2: the same bytes, scales and error as the reference. This process runs
-    one small-block plan; test_each_small_block_prefetch_plan runs each."""
     n = 5 * block_size + tail
     rng = np.random.default_rng(block_size * 31 + tail * 7 + shift)
     x0 = (rng.standard_t(4, n) * 1e-3).astype(np.float32)
