@@ -316,7 +316,8 @@ print(repr(_codec.block_prefetch_plan()))
 
 def codec_uses_avx2():
     """Whether this machine runs the AVX2 kernels (the tuner's only user)."""
-    flags = open("/proc/cpuinfo", encoding="utf-8").read().split()
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        flags = f.read().split()
     return all(f in flags for f in ("avx2", "bmi1", "bmi2", "popcnt", "abm"))
 
 
