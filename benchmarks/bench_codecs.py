@@ -879,9 +879,12 @@ def fmt(v, digits=2):
 
 
 def prefetch_note(run):
-    """The small-block prefetch plan the run's process used, when it had chosen one."""
+    """The small-block prefetch plan the run's process used, when it had chosen one, and its
+    Golomb encoder's position lister."""
     plan = run.get("block_prefetch_plan")
-    return f", block quantizer's prefetch plan {plan}" if plan else ""
+    lister = run.get("golomb_lister")
+    return ((f", block quantizer's prefetch plan {plan}" if plan else "")
+            + (f", Golomb lister {lister}" if lister else ""))
 
 
 def table(report):
@@ -1004,6 +1007,7 @@ def run_benchmark(sizes, threads_list, rec, rec_ref, block_size=1000, repeats=No
                    "flushed": flush_on, "note": note, "results": results,
                    # the block quantizer's small-block prefetch plan ("": not chosen yet)
                    "block_prefetch_plan": _codec.block_prefetch_plan(),
+                   "golomb_lister": _codec.golomb_lister(),
                    "memcpy_spread": max(spreads, key=lambda v: v["spread"]),
                    "quiet": all(machine_quiet(v) for v in spreads)}
             report["runs"].append(run)

@@ -201,12 +201,13 @@ def test_generic_kernels_write_the_same_bytes():
     the caches (TLC_CODEC_BYPASS_BYTES=1: shipped only for outputs above the last-level
     cache; here blocks of 5 and 35 values change scale inside a vector, and outputs start
     off the 32-byte grid), and the block quantizer under each prefetch plan for small
-    blocks (TLC_CODEC_PREFETCH) write the same bytes."""
+    blocks (TLC_CODEC_PREFETCH), and the Golomb encoder's AVX2 position lister where the
+    AVX-512 one runs by default (TLC_CODEC_AVX512=0) write the same bytes."""
     digests = []
     envs = ({}, {"TLC_CODEC_GENERIC": "1"}, {"TLC_CODEC_SLOW_PEXT": "1"},
             {"TLC_CODEC_STAGE": "1"}, {"TLC_CODEC_STAGE": "0"}, {"TLC_CODEC_BYPASS_BYTES": "1"},
             {"TLC_CODEC_PREFETCH": "x1024-staged"}, {"TLC_CODEC_PREFETCH": "x1024"},
-            {"TLC_CODEC_PREFETCH": "xe2048"})
+            {"TLC_CODEC_PREFETCH": "xe2048"}, {"TLC_CODEC_AVX512": "0"})
     for env in envs:
         proc = subprocess.run([sys.executable, "-c", GENERIC_SCRIPT, ROOT], capture_output=True,
                               text=True, timeout=900, env={**os.environ, **env})

@@ -1,7 +1,7 @@
 """The Golomb/sign encoder of the codec core (WriteGolombOfBits in custom_ops/core/bitmask_simd.cc),
 run on masks directly by custom_ops/fuzz/golomb_writer_driver.cc, against the Python reference of
 the format (tests/format_reference.py): every b in 0..31, the portable and the AVX2 kernels (with
-and without PEXT), and
+and without PEXT), the AVX-512 position lister (where the CPU has AVX-512 VBMI2), and
 the edges of the encoder's fast path (mask words with 0, 1, 8, 9 or 64 non-zeros, positions 63,
 64 and 65, sign counts not a multiple of 8, n not a multiple of 64, slices not starting on a
 word, lists flushed mid-stream, code words longer than 56 bits, and gaps past 2^30), and of its
@@ -18,9 +18,18 @@ import format_reference as ref
 
 pytestmark = pytest.mark.unit
 
-# AVX2 with PEXT for the signs, AVX2 without it (AMD before Zen 3), portable.
-ENVS = ({"TLC_CODEC_GENERIC": "0", "TLC_CODEC_SLOW_PEXT": "0"},
+with open("/proc/cpuinfo", encoding="utf-8") as _f:
+    CPU_FLAGS = set(_f.read().split())
+HAS_AVX2 = {"avx2", "bmi1", "bmi2", "popcnt", "abm"} <= CPU_FLAGS
+HAS_AVX512_LISTER = HAS_AVX2 and {"avx512f", "avx512bw", "avx512vl", "avx512_vbmi2"} <= CPU_FLAGS
+# The AVX-512 position lister (where the CPU has AVX-512 VBMI2), AVX2 with PEXT for the signs
+# (without it on AMD before Zen 3), AVX2 without PEXT, portable; and the listers each may run.
+ENVS = ({"TLC_CODEC_GENERIC": "0", "TLC_CODEC_SLOW_PEXT": "0", "TLC_CODEC_AVX512": "1"},
+        {"TLC_CODEC_GENERIC": "0", "TLC_CODEC_SLOW_PEXT": "0", "TLC_CODEC_AVX512": "0"},
         {"TLC_CODEC_GENERIC": "0", "TLC_CODEC_SLOW_PEXT": "1"}, {"TLC_CODEC_GENERIC": "1"})
+AVX2_LISTERS = {"avx2", "avx2-no-pext"} if HAS_AVX2 else {"portable"}
+LISTERS = ({"avx512"} if HAS_AVX512_LISTER else AVX2_LISTERS, AVX2_LISTERS,
+           {"avx2-no-pext"} if HAS_AVX2 else {"portable"}, {"portable"})
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +46,11 @@ def run(driver, cases, env):
     proc = subprocess.run([driver], input="\n".join(lines) + "\n", capture_output=True, text=True,
                           timeout=600, env={**os.environ, **env})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.split("\n")[:len(cases)]
+    out = proc.stdout.split("\n")
+    listers = LISTERS[ENVS.index(env)] if env in ENVS else None
+    assert listers is None or out[len(cases)] in {f"lister {v}" for v in listers}, (
+        env, out[len(cases)])
+    return out[:len(cases)]
 
 
 def expected(n, b, begins, positions, negative):
@@ -83,7 +96,8 @@ def test_edges_of_the_word_at_a_time_path(driver, b):
         cases.append((n, b, [], list(range(n)), (np.arange(n) % 3 == 0).tolist()))  # all
     for positions in ([63], [64], [65], [63, 64], [63, 64, 65], [0, 63, 64, 127, 128]):
         cases.append((200, b, [], positions, [p % 2 == 0 for p in positions]))
-    for count in (7, 8, 9, 15, 16, 17, 63, 64):  # non-zeros in one word: past the eight slots
+    # Non-zeros in one word: past the eight slots (AVX2), and the 32 always written (AVX-512).
+    for count in (7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64):
         for start in (0, 64, 100):
             positions = sorted(rng.choice(64, count, replace=False) + start)
             cases.append((300, b, [], positions, (rng.random(count) < 0.5).tolist()))

@@ -25,6 +25,11 @@
 #else
 #define TLC_AVX2 __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt")))
 #endif
+// The Golomb encoder's position lister (ListWordAvx512) adds these (GCC: clang
+// has no __builtin_cpu_supports("lzcnt"), and keeps the AVX2 lister).
+#define TLC_AVX512_LISTER !defined(__clang__)
+#define TLC_AVX512 \
+  __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt,avx512f,avx512bw,avx512vl,avx512vbmi2")))
 #else
 #define TLC_X86_KERNELS 0
 #endif
@@ -49,6 +54,26 @@ bool UseAvx2Kernels() {
            && __builtin_cpu_supports("lzcnt")
 #endif
         ;
+  }();
+  return use;
+#else
+  return false;
+#endif
+}
+
+// The Golomb encoder lists each mask word's positions with one VPCOMPRESSB
+// where the CPU has AVX-512 VBMI2 (and the OS keeps the zmm registers, which
+// __builtin_cpu_supports checks); TLC_CODEC_AVX512=0 keeps the AVX2 lister
+// (the tests compare both).
+bool UseAvx512Lister() {
+#if TLC_X86_KERNELS && TLC_AVX512_LISTER
+  static const bool use = [] {
+    const char* v = std::getenv("TLC_CODEC_AVX512");
+    if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+    __builtin_cpu_init();
+    return UseAvx2Kernels() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vbmi2");
   }();
   return use;
 #else
@@ -954,9 +979,41 @@ struct GolombListAvx2 {
 };
 #endif
 
+#if TLC_X86_KERNELS && TLC_AVX512_LISTER
+// Bytes 16j .. 16j + 15 of `packed` widened to int32, plus base. (The maskz
+// forms with every lane set: the plain ones trip GCC 12's
+// -Wmaybe-uninitialized on their undefined pass-through.)
+template <int j>
+TLC_AVX512 inline __m512i ListedQuarter(__m512i packed, __m512i base) {
+  const __m128i bytes = _mm512_maskz_extracti32x4_epi32(0xF, packed, j);
+  return _mm512_add_epi32(_mm512_maskz_cvtepu8_epi32(0xFFFF, bytes), base);
+}
+
+// The positions of a mask word's c non-zeros, offset + each bit's index, at
+// out[0 .. c): the indexes' bytes compressed under the word (in a register:
+// to memory VPCOMPRESSB is microcoded on Zen 4), widened 16 at a time. 32
+// slots are always written (no branch on c below 33); out needs 64.
+TLC_AVX512 inline void ListWordAvx512(uint64_t bits, int c, int64_t offset,
+                                                 int32_t* out) {
+  const __m512i index = _mm512_set_epi8(
+      63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47, 46, 45, 44, 43, 42, 41,
+      40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
+      17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i packed = _mm512_maskz_compress_epi8(bits, index);
+  const __m512i base = _mm512_set1_epi32(static_cast<int32_t>(offset));
+  _mm512_storeu_si512(out, ListedQuarter<0>(packed, base));
+  _mm512_storeu_si512(out + 16, ListedQuarter<1>(packed, base));
+  if (__builtin_expect(c > 32, 0)) {
+    _mm512_storeu_si512(out + 32, ListedQuarter<2>(packed, base));
+    _mm512_storeu_si512(out + 48, ListedQuarter<3>(packed, base));
+  }
+}
+#endif
+
 // kSkipEmptyWords: an empty mask word is skipped by a branch; else it is
 // listed like the others (no entry), for when that branch would mispredict.
-template <bool kBmi, bool kFastPext, typename List, bool kSkipEmptyWords>
+// kAvx512: a word's positions are listed by ListWordAvx512.
+template <bool kBmi, bool kFastPext, typename List, bool kSkipEmptyWords, bool kAvx512 = false>
 TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count, int b,
                                           uint8_t* signs, uint8_t* positions) {
   BitWriter w{positions};
@@ -1018,6 +1075,13 @@ TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count
       stage_acc = total >= 64 ? rest : joined;
       stage_bits = total & 63;
       int32_t* out = list + k;
+#if TLC_X86_KERNELS && TLC_AVX512_LISTER
+      if constexpr (kAvx512) {
+        ListWordAvx512(bits, c, offset, out);
+        k += c;
+        continue;
+      }
+#endif
       for (int j = 0; j < 8; ++j) {
         out[j] = static_cast<int32_t>(offset + TrailingZerosOr<kBmi>(bits));
         bits &= bits - 1;
@@ -1053,11 +1117,12 @@ void WriteZeroRunGeneric(const SliceBits* s, int64_t c, int64_t n, uint8_t* out)
 // (densities above ~1 %) the branch on them mispredicts more than listing
 // them costs (2026-11-28, random masks, 32 Mi values: 1.25x faster at b = 5,
 // 1.6x at b = 6), at b >= 8 skipping wins (2x at b = 8), b = 7 about even.
-template <bool kBmi, bool kFastPext, typename List>
+template <bool kBmi, bool kFastPext, typename List, bool kAvx512 = false>
 TLC_ALWAYS_INLINE int64_t WriteGolombFor(const SliceBits* s, int64_t c, int b, uint8_t* signs,
                                          uint8_t* positions) {
-  return b >= 7 ? WriteGolombImpl<kBmi, kFastPext, List, true>(s, c, b, signs, positions)
-                : WriteGolombImpl<kBmi, kFastPext, List, false>(s, c, b, signs, positions);
+  return b >= 7
+      ? WriteGolombImpl<kBmi, kFastPext, List, true, kAvx512>(s, c, b, signs, positions)
+      : WriteGolombImpl<kBmi, kFastPext, List, false, kAvx512>(s, c, b, signs, positions);
 }
 
 int64_t WriteGolombGeneric(const SliceBits* s, int64_t c, int b, uint8_t* signs,
@@ -1072,6 +1137,15 @@ TLC_AVX2 int64_t ZeroRunLowerBoundAvx2(const SliceBits* s, int64_t c) {
 TLC_AVX2 void WriteZeroRunAvx2(const SliceBits* s, int64_t c, int64_t n, uint8_t* out) {
   WriteZeroRunImpl(s, c, n, out);
 }
+#if TLC_AVX512_LISTER
+// (PEXT is fast on every CPU with AVX-512 VBMI2: Intel since Ice Lake, AMD
+// since Zen 4.)
+TLC_AVX512 int64_t WriteGolombAvx512(const SliceBits* s, int64_t c, int b, uint8_t* signs,
+                                     uint8_t* positions) {
+  if (b > 13) return WriteGolombFor<true, true, GolombListGeneric, true>(s, c, b, signs, positions);
+  return WriteGolombFor<true, true, GolombListAvx2, true>(s, c, b, signs, positions);
+}
+#endif
 TLC_AVX2 int64_t WriteGolombAvx2(const SliceBits* s, int64_t c, int b, uint8_t* signs,
                                  uint8_t* positions) {
   const bool pext = FastPext();
@@ -2173,6 +2247,16 @@ int64_t QuantizeToBits(const float* x, const float* e, float* e_out, int64_t cou
   return QuantizeGeneric(x, e, e_out, count, m, sinks);
 }
 
+const char* GolombLister() {
+#if TLC_X86_KERNELS
+#if TLC_AVX512_LISTER
+  if (UseAvx512Lister() && FastPext()) return "avx512";
+#endif
+  if (UseAvx2Kernels()) return FastPext() ? "avx2" : "avx2-no-pext";
+#endif
+  return "portable";
+}
+
 const char* BlockPrefetchPlan() {
 #if TLC_X86_KERNELS
   if (UseAvx2Kernels()) return PrefetchTuner::Get().Plan();
@@ -2235,6 +2319,13 @@ void WriteZeroRunOfBits(const SliceBits* slices, int64_t count, int64_t n, int64
 int64_t WriteGolombOfBits(const SliceBits* slices, int64_t count, int b, uint8_t* signs,
                           uint8_t* positions) {
 #if TLC_X86_KERNELS
+#if TLC_AVX512_LISTER
+  // (AVX-512 VBMI2 CPUs all have a fast PEXT; TLC_CODEC_SLOW_PEXT=1 still
+  // takes the AVX2 path without it.)
+  if (UseAvx512Lister() && FastPext()) {
+    return WriteGolombAvx512(slices, count, b, signs, positions);
+  }
+#endif
   if (UseAvx2Kernels()) return WriteGolombAvx2(slices, count, b, signs, positions);
 #endif
   return WriteGolombGeneric(slices, count, b, signs, positions);

@@ -19,6 +19,15 @@ namespace tlc {
 // tests set it to check that the portable kernels write the same bytes).
 bool UseAvx2Kernels();
 
+// True when the Golomb encoder lists positions with AVX-512 VBMI2: the AVX2
+// kernels run, the CPU has AVX-512 F, BW, VL and VBMI2, and
+// TLC_CODEC_AVX512 is not "0". Same bytes either way.
+bool UseAvx512Lister();
+
+// The Golomb encoder's position lister in this process: "avx512", "avx2",
+// "avx2-no-pext" (AMD before Zen 3, or TLC_CODEC_SLOW_PEXT=1) or "portable".
+const char* GolombLister();
+
 // The AVX2 block quantizer's prefetch plan for blocks of up to 1024 values
 // in this process: "x1024-staged" or "x1024" (x's lines 1024 values ahead,
 // each block's x copied to L1 before e is read or not) or "xe2048" (x's and

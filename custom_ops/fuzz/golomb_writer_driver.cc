@@ -4,7 +4,7 @@
 //   n b slices begin_1 .. begin_{slices-1} k   and k lines "position negative"
 // (slice i covers [begin_i, begin_{i+1}), begin_0 = 0, the last ends at n).
 // Output, a line per case: the sign bytes and the position bytes in hex
-// ("-" for none).
+// ("-" for none); then "lister <name>" (tlc::GolombLister).
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -64,5 +64,6 @@ int main() {
     PrintHex(buf.get() + sign_bytes, len);
     std::fputc('\n', stdout);
   }
+  std::printf("lister %s\n", tlc::GolombLister());
   return 0;
 }

@@ -286,4 +286,6 @@ PYBIND11_MODULE(_codec, m) {
   m.def("golomb_bstar", &GolombBstar, py::arg("p"));
   // Benchmarks report it: the block quantizer's prefetch plan in use ("": undecided).
   m.def("block_prefetch_plan", [] { return std::string(tlc::BlockPrefetchPlan()); });
+  // and the Golomb encoder's position lister ("avx512", "avx2", "avx2-no-pext", "portable").
+  m.def("golomb_lister", [] { return std::string(tlc::GolombLister()); });
 }
