@@ -991,10 +991,11 @@ TLC_AVX512 inline __m512i ListedQuarter(__m512i packed, __m512i base) {
 
 // The positions of a mask word's c non-zeros, offset + each bit's index, at
 // out[0 .. c): the indexes' bytes compressed under the word (in a register:
-// to memory VPCOMPRESSB is microcoded on Zen 4), widened 16 at a time. 32
-// slots are always written (no branch on c below 33); out needs 64.
-TLC_AVX512 inline void ListWordAvx512(uint64_t bits, int c, int64_t offset,
-                                                 int32_t* out) {
+// to memory VPCOMPRESSB is microcoded on Zen 4), widened 16 at a time. 16
+// slots are always written, and (kDense) 32, so that the branch on c is rare
+// at the density of a b: out needs 64.
+template <bool kDense>
+TLC_AVX512 inline void ListWordAvx512(uint64_t bits, int c, int64_t offset, int32_t* out) {
   const __m512i index = _mm512_set_epi8(
       63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47, 46, 45, 44, 43, 42, 41,
       40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
@@ -1002,18 +1003,21 @@ TLC_AVX512 inline void ListWordAvx512(uint64_t bits, int c, int64_t offset,
   const __m512i packed = _mm512_maskz_compress_epi8(bits, index);
   const __m512i base = _mm512_set1_epi32(static_cast<int32_t>(offset));
   _mm512_storeu_si512(out, ListedQuarter<0>(packed, base));
-  _mm512_storeu_si512(out + 16, ListedQuarter<1>(packed, base));
-  if (__builtin_expect(c > 32, 0)) {
-    _mm512_storeu_si512(out + 32, ListedQuarter<2>(packed, base));
-    _mm512_storeu_si512(out + 48, ListedQuarter<3>(packed, base));
+  if (kDense || c > 16) {
+    _mm512_storeu_si512(out + 16, ListedQuarter<1>(packed, base));
+    if (c > 32) {
+      _mm512_storeu_si512(out + 32, ListedQuarter<2>(packed, base));
+      _mm512_storeu_si512(out + 48, ListedQuarter<3>(packed, base));
+    }
   }
 }
 #endif
 
 // kSkipEmptyWords: an empty mask word is skipped by a branch; else it is
 // listed like the others (no entry), for when that branch would mispredict.
-// kAvx512: a word's positions are listed by ListWordAvx512.
-template <bool kBmi, bool kFastPext, typename List, bool kSkipEmptyWords, bool kAvx512 = false>
+// kAvx512: a word's positions are listed by ListWordAvx512, <kDense>.
+template <bool kBmi, bool kFastPext, typename List, bool kSkipEmptyWords, bool kAvx512 = false,
+          bool kDense = false>
 TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count, int b,
                                           uint8_t* signs, uint8_t* positions) {
   BitWriter w{positions};
@@ -1077,7 +1081,7 @@ TLC_ALWAYS_INLINE int64_t WriteGolombImpl(const SliceBits* slices, int64_t count
       int32_t* out = list + k;
 #if TLC_X86_KERNELS && TLC_AVX512_LISTER
       if constexpr (kAvx512) {
-        ListWordAvx512(bits, c, offset, out);
+        ListWordAvx512<kDense>(bits, c, offset, out);
         k += c;
         continue;
       }
@@ -1117,12 +1121,11 @@ void WriteZeroRunGeneric(const SliceBits* s, int64_t c, int64_t n, uint8_t* out)
 // (densities above ~1 %) the branch on them mispredicts more than listing
 // them costs (2026-11-28, random masks, 32 Mi values: 1.25x faster at b = 5,
 // 1.6x at b = 6), at b >= 8 skipping wins (2x at b = 8), b = 7 about even.
-template <bool kBmi, bool kFastPext, typename List, bool kAvx512 = false>
+template <bool kBmi, bool kFastPext, typename List>
 TLC_ALWAYS_INLINE int64_t WriteGolombFor(const SliceBits* s, int64_t c, int b, uint8_t* signs,
                                          uint8_t* positions) {
-  return b >= 7
-      ? WriteGolombImpl<kBmi, kFastPext, List, true, kAvx512>(s, c, b, signs, positions)
-      : WriteGolombImpl<kBmi, kFastPext, List, false, kAvx512>(s, c, b, signs, positions);
+  return b >= 7 ? WriteGolombImpl<kBmi, kFastPext, List, true>(s, c, b, signs, positions)
+                : WriteGolombImpl<kBmi, kFastPext, List, false>(s, c, b, signs, positions);
 }
 
 int64_t WriteGolombGeneric(const SliceBits* s, int64_t c, int b, uint8_t* signs,
@@ -1139,11 +1142,21 @@ TLC_AVX2 void WriteZeroRunAvx2(const SliceBits* s, int64_t c, int64_t n, uint8_t
 }
 #if TLC_AVX512_LISTER
 // (PEXT is fast on every CPU with AVX-512 VBMI2: Intel since Ice Lake, AMD
-// since Zen 4.)
+// since Zen 4.) b >= 3 is picked for densities up to ~11 %, where a word
+// has more than 16 non-zeros about once in a thousand; below, 32 slots a
+// word are written without a branch (b <= 2, 32 Mi values: at b = 3 the
+// narrow lister saves 0.18 of 3.1 ms, 2026-12-01).
+template <typename List>
+TLC_AVX512 TLC_ALWAYS_INLINE int64_t WriteGolombAvx512For(const SliceBits* s, int64_t c, int b,
+                                                          uint8_t* signs, uint8_t* positions) {
+  if (b >= 7) return WriteGolombImpl<true, true, List, true, true>(s, c, b, signs, positions);
+  if (b >= 3) return WriteGolombImpl<true, true, List, false, true>(s, c, b, signs, positions);
+  return WriteGolombImpl<true, true, List, false, true, true>(s, c, b, signs, positions);
+}
 TLC_AVX512 int64_t WriteGolombAvx512(const SliceBits* s, int64_t c, int b, uint8_t* signs,
                                      uint8_t* positions) {
-  if (b > 13) return WriteGolombFor<true, true, GolombListGeneric, true>(s, c, b, signs, positions);
-  return WriteGolombFor<true, true, GolombListAvx2, true>(s, c, b, signs, positions);
+  return b > 13 ? WriteGolombAvx512For<GolombListGeneric>(s, c, b, signs, positions)
+                : WriteGolombAvx512For<GolombListAvx2>(s, c, b, signs, positions);
 }
 #endif
 TLC_AVX2 int64_t WriteGolombAvx2(const SliceBits* s, int64_t c, int b, uint8_t* signs,
