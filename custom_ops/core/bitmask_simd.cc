@@ -25,13 +25,18 @@
 #else
 #define TLC_AVX2 __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt")))
 #endif
-// The Golomb encoder's position lister (ListWordAvx512) adds these (GCC: clang
-// has no __builtin_cpu_supports("lzcnt"), and keeps the AVX2 lister).
-#define TLC_AVX512_LISTER !defined(__clang__)
+// The Golomb encoder's position lister (ListWordAvx512) adds these (GCC only:
+// clang has no __builtin_cpu_supports("lzcnt"), and keeps the AVX2 lister).
+#if defined(__clang__)
+#define TLC_AVX512_LISTER 0
+#else
+#define TLC_AVX512_LISTER 1
+#endif
 #define TLC_AVX512 \
   __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt,avx512f,avx512bw,avx512vl,avx512vbmi2")))
 #else
 #define TLC_X86_KERNELS 0
+#define TLC_AVX512_LISTER 0
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -1143,9 +1148,9 @@ TLC_AVX2 void WriteZeroRunAvx2(const SliceBits* s, int64_t c, int64_t n, uint8_t
 #if TLC_AVX512_LISTER
 // (PEXT is fast on every CPU with AVX-512 VBMI2: Intel since Ice Lake, AMD
 // since Zen 4.) b >= 3 is picked for densities up to ~11 %, where a word
-// has more than 16 non-zeros about once in a thousand; below, 32 slots a
-// word are written without a branch (b <= 2, 32 Mi values: at b = 3 the
-// narrow lister saves 0.18 of 3.1 ms, 2026-12-01).
+// has more than 16 non-zeros at most about once in two thousand; at b <= 2
+// 32 slots a word are written without a branch (32 Mi values at b = 3: the
+// 16-slot lister saves 0.1-0.18 of 3.1 ms, 2026-12-01).
 template <typename List>
 TLC_AVX512 TLC_ALWAYS_INLINE int64_t WriteGolombAvx512For(const SliceBits* s, int64_t c, int b,
                                                           uint8_t* signs, uint8_t* positions) {
