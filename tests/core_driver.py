@@ -8,6 +8,16 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CXX = shutil.which("g++") or shutil.which("clang++")
+# What UseAvx2Kernels checks (abm: LZCNT); /proc/cpuinfo spells them so.
+AVX2_FLAGS = frozenset({"avx2", "bmi1", "bmi2", "popcnt", "abm"})
+# What UseAvx512Lister checks besides.
+AVX512_LISTER_FLAGS = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vbmi2"})
+
+
+def cpu_flags():
+    """This machine's CPU flags (/proc/cpuinfo): which kernels the core picks here."""
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        return frozenset(f.read().split())
 
 
 def build(tmp_path_factory, name):

@@ -18,10 +18,9 @@ import format_reference as ref
 
 pytestmark = pytest.mark.unit
 
-with open("/proc/cpuinfo", encoding="utf-8") as _f:
-    CPU_FLAGS = set(_f.read().split())
-HAS_AVX2 = {"avx2", "bmi1", "bmi2", "popcnt", "abm"} <= CPU_FLAGS
-HAS_AVX512_LISTER = HAS_AVX2 and {"avx512f", "avx512bw", "avx512vl", "avx512_vbmi2"} <= CPU_FLAGS
+CPU_FLAGS = core_driver.cpu_flags()
+HAS_AVX2 = core_driver.AVX2_FLAGS <= CPU_FLAGS
+HAS_AVX512_LISTER = HAS_AVX2 and core_driver.AVX512_LISTER_FLAGS <= CPU_FLAGS
 # The AVX-512 position lister (where the CPU has AVX-512 VBMI2), AVX2 with PEXT for the signs
 # (without it on AMD before Zen 3), AVX2 without PEXT, portable; and the listers each may run.
 ENVS = ({"TLC_CODEC_GENERIC": "0", "TLC_CODEC_SLOW_PEXT": "0", "TLC_CODEC_AVX512": "1"},
