@@ -10,6 +10,7 @@
 #include <ctime>
 #include <fstream>
 #include <string>
+#include <type_traits>
 
 #include <unistd.h>
 
@@ -2098,11 +2099,116 @@ TLC_AVX2 Status DecodeGolombAvx2(const uint8_t* code, int64_t len, int b, uint64
   return DecodeGolombImpl<true>(code, len, b, count, n, marker, end_bit);
 }
 
+// Positions without per-word checks (what a parameter server decodes each
+// push into, at any b): kWords words a round, each a LZCNT, a shift and an
+// add, written as p << 1 with no sign. The checks come once a round: a round
+// whose words took more bits than the window held (a long run of ones, or
+// the stream's end) or reached a position >= n is undone, and the checked
+// decoder decodes those words (and reports any error there). Returns where it
+// stopped; positions[0, stop.i) are written.
+template <int kWords>
+TLC_AVX2 GolombStart PositionRounds(const uint8_t* code, int64_t len, int b, uint64_t count,
+                                    int64_t n, GolombStart start, uint32_t* positions) {
+  if ((start.at >> 3) + 8 > len || count - start.i < kWords) return start;
+  const uint8_t* const last_load = code + len - 8;
+  const uint8_t* p = code + (start.at >> 3);
+  uint64_t inv = ~LoadBigEndian64(p) << (start.at & 7);
+  int cnt = 56 - static_cast<int>(start.at & 7);
+  p += 7;
+  const int b1 = b + 1;
+  const uint64_t step = uint64_t{1} << b;
+  int64_t prev = start.prev;
+  uint64_t i = start.i;
+  while (count - i >= kWords) {
+    const uint64_t round_inv = inv;
+    const int64_t round_prev = prev;
+    int used = 0;
+#pragma GCC unroll 8
+    for (int k = 0; k < kWords; ++k) {
+      const int ones = LeadingZeros<true>(inv);
+      const int need = ones + b1;  // 64 or more only in a round that is undone
+      used += need;
+      // GapOfWord and the shift, their counts taken mod 64 (as SHRX and SHLX
+      // take them: no cost) so that an undone round is only wrong, not
+      // undefined.
+      prev += static_cast<int64_t>((static_cast<uint64_t>(ones) + 2) * step -
+                                   (inv >> ((64 - need) & 63)));
+      positions[i + k] = static_cast<uint32_t>(prev) << 1;
+      inv <<= need & 63;
+    }
+    if (__builtin_expect(used > cnt || prev >= n, 0)) {
+      inv = round_inv;
+      prev = round_prev;
+      break;
+    }
+    i += kWords;
+    cnt -= used;
+    if (p > last_load) break;
+    inv |= ~LoadBigEndian64(p) >> cnt;
+    p += (63 - cnt) >> 3;
+    cnt |= 56;
+  }
+  start.i = i;
+  start.prev = prev;
+  start.at = 8 * (p - code) - cnt;
+  return start;
+}
+
+// ORs each position's sign (signs: one bit each, first on top of byte 0)
+// into bit 0 of its entry.
+TLC_AVX2 void OrSigns(const uint8_t* signs, uint64_t count, uint32_t* positions) {
+  const __m256i lane_bit = _mm256_setr_epi32(128, 64, 32, 16, 8, 4, 2, 1);
+  const __m256i one = _mm256_set1_epi32(1);
+  uint64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256i byte = _mm256_set1_epi32(signs[i >> 3]);
+    const __m256i on = _mm256_cmpeq_epi32(_mm256_and_si256(byte, lane_bit), lane_bit);
+    __m256i* at = reinterpret_cast<__m256i*>(positions + i);
+    _mm256_storeu_si256(at, _mm256_or_si256(_mm256_loadu_si256(at), _mm256_and_si256(on, one)));
+  }
+  for (; i < count; ++i) positions[i] |= static_cast<uint32_t>(SignOf(signs, i));
+}
+
+template <int kWords>
+TLC_AVX2 Status DecodePositionsInRounds(const uint8_t* code, int64_t len, int b, uint64_t count,
+                                        int64_t n, const uint8_t* signs, uint32_t* positions,
+                                        int64_t* end_bit) {
+  PositionMarker marker{signs, positions};
+  GolombStart start;
+  while (true) {
+    start = PositionRounds<kWords>(code, len, b, count, n, start, positions);
+    if (count - start.i <= kWords || (start.at >> 3) + 16 > len) break;
+    // A round that was undone: its words, checked.
+    const uint64_t upto = start.i + kWords;
+    marker.k = static_cast<int64_t>(start.i);
+    int64_t at;
+    TLC_RETURN_IF_ERROR(DecodeGolombImpl<true>(code, len, b, upto, n, marker, &at, nullptr,
+                                               start));
+    start.i = upto;
+    start.at = at;
+    start.prev = static_cast<int64_t>(positions[upto - 1] >> 1);
+  }
+  marker.k = static_cast<int64_t>(start.i);
+  TLC_RETURN_IF_ERROR(
+      DecodeGolombImpl<true>(code, len, b, count, n, marker, end_bit, nullptr, start));
+  OrSigns(signs, count, positions);
+  return Status::Ok();
+}
+
 TLC_AVX2 Status DecodePositionsAvx2(const uint8_t* code, int64_t len, int b, uint64_t count,
                                     int64_t n, const uint8_t* signs, uint32_t* positions,
                                     int64_t* end_bit) {
-  PositionMarker marker{signs, positions};
-  return DecodeGolombImpl<true>(code, len, b, count, n, marker, end_bit);
+  // Rounds of ~48 bits on average (a word takes about b + 2), so that few
+  // overrun the window's 56 (measured: fc1-sized i.i.d. positions, 1.43
+  // against 1.67-1.90 ns per word word by word at b = 2-10).
+  auto decode = [&](auto words) {
+    return DecodePositionsInRounds<decltype(words)::value>(code, len, b, count, n, signs,
+                                                           positions, end_bit);
+  };
+  if (b <= 3) return decode(std::integral_constant<int, 8>());
+  if (b <= 5) return decode(std::integral_constant<int, 6>());
+  if (b <= 10) return decode(std::integral_constant<int, 4>());
+  return decode(std::integral_constant<int, 2>());
 }
 
 // All-ones in lane k where bit k of the byte holding bits i..i+7 is set (i a

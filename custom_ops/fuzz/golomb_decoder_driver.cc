@@ -1,11 +1,15 @@
-// Runs the 3LC Golomb position decoder (DecodeGolombToBits) on generated
-// streams, valid and hostile, for tests/test_golomb_bytes.py to compare
-// settings (TLC_CODEC_GOLOMB_BYTES=0 against the default): everything the
-// decoder leaves behind, even when it refuses a stream. Usage:
-//   golomb_decoder_driver CASES SEED
+// Runs the 3LC Golomb position decoder (DecodeGolombToBits, or with
+// "positions" DecodeGolombToPositions) on generated streams, valid and
+// hostile, for tests/test_golomb_bytes.py to compare settings
+// (TLC_CODEC_GOLOMB_BYTES=0 or TLC_CODEC_GENERIC=1 against the default):
+// everything the decoder leaves behind, even when it refuses a stream. Usage:
+//   golomb_decoder_driver CASES SEED [positions]
 // Output, a line per case: b, the count, n, the code's length, whether it
 // was accepted, end_bit, a hash of both masks (every word, so marks left
-// by a refused stream count too) and the status message.
+// by a refused stream count too; with "positions": of the listed positions
+// of an accepted stream, then for a stream left valid whether it was listed
+// as generated, signs included: 1 or 0, "-" for the others) and the status
+// message.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -45,10 +49,12 @@ int main(int argc, char** argv) {
   }
   const int cases = std::atoi(argv[1]);
   std::mt19937_64 rng(std::strtoull(argv[2], nullptr, 10));
+  const bool list = argc > 3 && std::string(argv[3]) == "positions";
   for (int c = 0; c < cases; ++c) {
     // Mostly b <= 3 (the byte decoder's), short gaps as b* would code them,
     // some long runs of ones (across its 8-byte groups and its hand-over).
-    const int b = static_cast<int>(rng() % 6);
+    // Listed positions: b up to 12 (each round size of the listing decoder).
+    const int b = static_cast<int>(rng() % (list ? 13 : 6));
     const int words = static_cast<int>(rng() % 3000);
     const int mode = static_cast<int>(rng() % 11);
     std::vector<int64_t> positions;
@@ -106,6 +112,28 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> signs((count + 7) / 8);
     for (uint8_t& x : signs) x = static_cast<uint8_t>(rng());
     if ((count & 7) != 0) signs.back() &= static_cast<uint8_t>(0xFF00 >> (count & 7));
+    if (list) {
+      std::vector<uint32_t> listed(count + 1, 0);
+      int64_t end_bit = -1;
+      const tlc::Status st = tlc::DecodeGolombToPositions(
+          code.data(), static_cast<int64_t>(code.size()), b, count, n, signs.data(),
+          listed.data(), &end_bit);
+      uint64_t h = 1469598103934665603ull;
+      const bool valid = mode == 0 || mode == 9;  // as generated
+      bool as_generated = st.ok();
+      for (uint64_t i = 0; st.ok() && i < count; ++i) {
+        h = Mix(h, listed[i]);
+        const uint32_t sign = (signs[i >> 3] >> (7 - (i & 7))) & 1;
+        as_generated = as_generated &&
+                       listed[i] == ((static_cast<uint32_t>(positions[i]) << 1) | sign);
+      }
+      std::printf("%d %llu %lld %zu %d %lld %016llx %s %s\n", b,
+                  static_cast<unsigned long long>(count), static_cast<long long>(n), code.size(),
+                  st.ok() ? 1 : 0, static_cast<long long>(st.ok() ? end_bit : -1),
+                  static_cast<unsigned long long>(h), !valid ? "-" : as_generated ? "1" : "0",
+                  st.ok() ? "ok" : st.message().c_str());
+      continue;
+    }
     const int64_t mask_words = n / 64 + 1;
     std::vector<uint64_t> masks(2 * mask_words, 0);
     int64_t end_bit = -1;
