@@ -30,9 +30,7 @@ def run(spec, job, index, flags):
     import tlc.ops  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     cluster = tf.train.ClusterSpec(spec)
     own = f"/job:{job}/task:{index}"
-    # A task only talks to the parameter servers and itself, so it neither
-    # waits for nor depends on other workers.
-    config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", own] if job == "worker" else [own])
+    config = server_config(job, index)
     try:
         server = tf.distribute.Server(cluster, job_name=job, task_index=index, config=config)
     except tf.errors.OpError as e:
@@ -71,6 +69,20 @@ def run(spec, job, index, flags):
 
 class FlagError(ValueError):
     """A flag value that only the task could check (one line, exit 1)."""
+
+
+def server_config(job, index):
+    """The config of a task's tf.distribute.Server (and of its sessions). A
+    task talks only to the parameter servers and itself, so it neither waits
+    for nor depends on other workers. A parameter server's TF thread pools
+    sleep when they run out of work instead of spinning first: every worker
+    step hands work between the PS's threads several times, and the spinning
+    after each hand-off cost PS CPU per worker, with steps no faster for it
+    (docs/scaling/ps_load.md, "TF's pools not spinning")."""
+    own = f"/job:{job}/task:{index}"
+    config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", own] if job == "worker" else [own])
+    config.experimental.disable_thread_spinning = job == "ps"
+    return config
 
 
 def _port_taken(address):
