@@ -186,6 +186,36 @@ def test_many_pushes_held_and_added_together_exact(zero_fraction):
         assert np.count_nonzero(new) > 0
 
 
+def test_buffers_of_added_pushes_reused_exact():
+    """A push is listed into the buffer of a push already added (SparePositions in
+    custom_ops/core/accumulate.h): dense pushes' buffers then hold sparse pushes (entries past
+    the count are a dense push's), sparse ones' are too small for dense pushes, a stale push's
+    buffer comes back too; three steps, pushes held and not, against TF's accumulator on the
+    decoded pushes and numpy, bit for bit."""
+    n = 100_003
+    config = dict(adaptive=True, block_size=BLOCK)
+    workers = [Worker(seed, config, n) for seed in range(12)]
+    pair = Pair(config, n)
+    for step in range(3):
+        pushes = []
+        for i, worker in enumerate(workers):
+            x = worker.rng.standard_normal(n) * worker.rng.exponential(1.0, n) * 1e-3
+            x[worker.rng.random(n) < (0.3 if (i + step) % 3 == 0 else 0.98)] = 0
+            code, m = codec.compress_3lc(x.astype(np.float32), worker.error, 1.0, num_threads=1,
+                                         **config)
+            payload = (code, np.asarray(m, np.float32))
+            if step > 0 and i == 5:
+                pair.push_both(payload, step - 1)  # stale: dropped, its buffer kept
+                continue
+            pushes.append(payload)
+            pair.push_both(payload, step)
+        assert all(code[0] == 1 for code, _ in pushes), "Golomb-coded pushes expected"
+        ref, new = pair.take_both(len(pushes))
+        assert np.array_equal(bits(new), bits(ref)), step
+        assert np.array_equal(bits(new), bits(dense_reference(pushes, n, config))), step
+        assert np.count_nonzero(new) > 0
+
+
 def test_zero_scales_and_signed_zeros_exact():
     """Hostile but well-formed pushes: non-zero digits against a zero scale
     decode to -0.0 (the compressor never writes that); the dense path's signed

@@ -92,7 +92,28 @@ void HoldPush(const Push3LC& push, Decoded3LC decoded, HeldPushes* held, StepSum
   ++state->count;
 }
 
-void AddHeldPushes(HeldPushes* held, const Executor& exec, float* sum) {
+void SparePositions::Lend(Decoded3LC* decoded) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (kept_.empty()) return;
+  auto largest = std::max_element(kept_.begin(), kept_.end(),
+                                  [](const auto& a, const auto& b) { return a.second < b.second; });
+  kept_entries_ -= largest->second;
+  decoded->positions = std::move(largest->first);
+  decoded->positions_capacity = largest->second;
+  *largest = std::move(kept_.back());
+  kept_.pop_back();
+}
+
+void SparePositions::Keep(Decoded3LC* decoded) {
+  if (!decoded->positions) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (kept_entries_ + decoded->positions_capacity > most_entries_) return;
+  kept_entries_ += decoded->positions_capacity;
+  kept_.emplace_back(std::move(decoded->positions), decoded->positions_capacity);
+  decoded->positions_capacity = 0;
+}
+
+void AddHeldPushes(HeldPushes* held, const Executor& exec, float* sum, SparePositions* spare) {
   if (held->empty()) return;
   const std::vector<Decoded3LC>& pushes = held->pushes;
   const int64_t n = pushes[0].n, span = pushes[0].span;
@@ -118,6 +139,9 @@ void AddHeldPushes(HeldPushes* held, const Executor& exec, float* sum) {
       }
     }
   });
+  if (spare != nullptr) {
+    for (Decoded3LC& push : held->pushes) spare->Keep(&push);
+  }
   *held = HeldPushes();
 }
 

@@ -135,7 +135,10 @@ Status DecodeGolombBody(const uint8_t* body, int64_t len, int64_t n, bool list_p
   int64_t end_bit = 0;
   if (list_positions && n <= kMaxPositionElements) {
     d->count = static_cast<int64_t>(count);
-    d->positions.reset(new uint32_t[count > 0 ? count : 1]);
+    if (d->positions_capacity < d->count || !d->positions) {
+      d->positions_capacity = std::max<int64_t>(d->count, 1);
+      d->positions.reset(new uint32_t[d->positions_capacity]);
+    }
     TLC_RETURN_IF_ERROR(DecodeGolombToPositions(body + pos, len - pos, b, count, n, signs,
                                                 d->positions.get(), &end_bit));
   } else {
@@ -380,6 +383,8 @@ Status Decode3LC(const uint8_t* code, int64_t len, const float* scales, int64_t 
     }
   }
   Decoded3LC d;
+  d.positions = std::move(decoded->positions);  // a buffer to list into, if any
+  d.positions_capacity = d.positions ? decoded->positions_capacity : 0;
   d.n = n;
   d.scales = scales;
   d.span = block_size ? block_size : std::max<int64_t>(n, 1);

@@ -72,7 +72,10 @@ struct Decoded3LC {
   int64_t words = 0;
   std::unique_ptr<uint32_t[]> positions;  // or Golomb, listed: (p << 1) | negative
   int64_t count = 0;
+  int64_t positions_capacity = 0;  // entries `positions` holds room for
 };
+// With list_positions, a buffer already in *decoded (positions,
+// positions_capacity) is listed into if it is large enough.
 Status Decode3LC(const uint8_t* code, int64_t len, const float* scales, int64_t num_scales,
                  int64_t n, int64_t block_size, bool adaptive, const Executor& exec,
                  Decoded3LC* decoded, bool list_positions = false);

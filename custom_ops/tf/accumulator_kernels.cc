@@ -54,7 +54,7 @@ namespace core = ::tensorflow::core;
 class CompressedAccumulator : public ResourceBase {
  public:
   CompressedAccumulator(int64_t n, bool adaptive, int64_t block_size)
-      : n_(n), adaptive_(adaptive), block_size_(block_size) {}
+      : n_(n), adaptive_(adaptive), block_size_(block_size), spare_(n) {}
 
   std::string DebugString() const override {
     return "TlcCompressedAccumulator of " + std::to_string(n_) + " values";
@@ -76,11 +76,15 @@ class CompressedAccumulator : public ResourceBase {
     // decode side by side and queue only for their adds. A stale push is
     // dropped after it was checked, as TF drops a stale gradient.
     Decoded3LC decoded;
+    spare_.Lend(&decoded);  // an added push's buffer, already in memory
     const Status s = DecodePush3LC(push, n_, block_size_, adaptive_, exec, &decoded);
     OP_REQUIRES(ctx, s.ok(), errors::InvalidArgument(s.message()));
     {
       mutex_lock lock(mu_);
-      if (local_step < global_step_) return;
+      if (local_step < global_step_) {
+        spare_.Keep(&decoded);
+        return;
+      }
       if (!has_sum_) {  // the step's buffer (the last take handed its own out)
         Tensor fresh;
         OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DT_FLOAT, TensorShape({n_}),
@@ -91,10 +95,11 @@ class CompressedAccumulator : public ResourceBase {
       float* sum = sum_.flat<float>().data();
       if (CanHold(decoded, state_)) {
         HoldPush(push, std::move(decoded), &held_, &state_);
-        if (held_.Full(n_)) AddHeldPushes(&held_, exec, sum);
+        if (held_.Full(n_)) AddHeldPushes(&held_, exec, sum, &spare_);
       } else {
-        AddHeldPushes(&held_, exec, sum);  // theirs come first
+        AddHeldPushes(&held_, exec, sum, &spare_);  // theirs come first
         AddDecodedPush3LC(push, decoded, exec, sum, &state_);
+        spare_.Keep(&decoded);
       }
     }
     Flush();
@@ -158,7 +163,7 @@ class CompressedAccumulator : public ResourceBase {
         Attempt attempt = std::move(takes_.front());
         takes_.pop_front();
         ++global_step_;
-        AddHeldPushes(&held_, TfExecutor(attempt.ctx), sum_.flat<float>().data());
+        AddHeldPushes(&held_, TfExecutor(attempt.ctx), sum_.flat<float>().data(), &spare_);
         AverageSum(sum_.flat<float>().data(), n_, state_.count, TfExecutor(attempt.ctx));
         attempt.ctx->set_output(0, sum_);  // the buffer itself; the next push makes a new one
         sum_ = Tensor();
@@ -176,6 +181,7 @@ class CompressedAccumulator : public ResourceBase {
   const int64_t n_;
   const bool adaptive_;
   const int64_t block_size_;
+  SparePositions spare_;
   mutex mu_;
   int64_t global_step_ = 0;
   StepSum state_;
