@@ -219,6 +219,22 @@ def training_session(master, is_chief, hooks=(), checkpoint_dir=None, save_check
         session_creator=creator, hooks=hooks, stop_grace_period_secs=stop_grace_period_secs)
 
 
+def server_config(job_name, task_index):
+    """A config for the task's tf.distribute.Server (`config=`; its sessions
+    take it too). The task sees only the parameter servers and itself, so a
+    worker neither waits for nor depends on other workers. A parameter
+    server's TF thread pools sleep when they run out of work instead of
+    spinning first: every worker step hands work between the PS's threads
+    several times, and the spinning after each hand-off cost PS CPU per
+    worker, with steps no faster for it (docs/scaling/ps_load.md, "TF's
+    pools not spinning")."""
+    own = f"/job:{job_name}/task:{task_index}"
+    filters = ["/job:ps", own] if job_name == "worker" else [own]
+    config = tf.compat.v1.ConfigProto(device_filters=filters)
+    config.experimental.disable_thread_spinning = job_name == "ps"
+    return config
+
+
 def _done_queue(ps_index):
     with tf.device(f"/job:ps/task:{ps_index}"):
         return tf.queue.FIFOQueue(-1, tf.int32, shapes=(), shared_name=f"tlc_done_ps{ps_index}",

@@ -19,8 +19,8 @@ from tlc.job.flagcheck import compressor_from_flags, pull_compressor_from_flags
 from tlc.job.stock import StockSync
 from tlc.optimizer import SyncReplicasOptimizer
 from tlc.optimizer.recovery import ModelLostError
-from tlc.session import (CheckpointError, serve_until_workers_done, training_session,
-                         worker_done)
+from tlc.session import (CheckpointError, serve_until_workers_done, server_config,
+                         training_session, worker_done)
 
 
 def run(spec, job, index, flags):
@@ -69,20 +69,6 @@ def run(spec, job, index, flags):
 
 class FlagError(ValueError):
     """A flag value that only the task could check (one line, exit 1)."""
-
-
-def server_config(job, index):
-    """The config of a task's tf.distribute.Server (and of its sessions). A
-    task talks only to the parameter servers and itself, so it neither waits
-    for nor depends on other workers. A parameter server's TF thread pools
-    sleep when they run out of work instead of spinning first: every worker
-    step hands work between the PS's threads several times, and the spinning
-    after each hand-off cost PS CPU per worker, with steps no faster for it
-    (docs/scaling/ps_load.md, "TF's pools not spinning")."""
-    own = f"/job:{job}/task:{index}"
-    config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", own] if job == "worker" else [own])
-    config.experimental.disable_thread_spinning = job == "ps"
-    return config
 
 
 def _port_taken(address):
