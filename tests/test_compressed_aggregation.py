@@ -92,6 +92,30 @@ def dense_reference(pushes, n, config):
     return total / np.float32(len(pushes))
 
 
+def push_with_zeros(worker, n, zero_fraction, config):
+    """A push of `worker` whose gradient has about `zero_fraction` of its n values zero."""
+    x = worker.rng.standard_normal(n) * worker.rng.exponential(1.0, n) * 1e-3
+    x[worker.rng.random(n) < zero_fraction] = 0
+    code, m = codec.compress_3lc(x.astype(np.float32), worker.error, 1.0, num_threads=1,
+                                 **config)
+    return code, np.asarray(m, np.float32)
+
+
+def shipped_pair(n, num_workers):
+    """The shipped configuration (adaptive, block scaling), its workers and a Pair for n values."""
+    config = dict(adaptive=True, block_size=BLOCK)
+    return config, [Worker(seed, config, n) for seed in range(num_workers)], Pair(config, n)
+
+
+def check_take(pair, pushes, n, config, step):
+    """The take after `pushes` (all Golomb-coded): bit for bit TF's accumulator's and numpy's."""
+    assert all(code[0] == 1 for code, _ in pushes), "Golomb-coded pushes expected"
+    ref, new = pair.take_both(len(pushes))
+    assert np.array_equal(bits(new), bits(ref)), step
+    assert np.array_equal(bits(new), bits(dense_reference(pushes, n, config))), step
+    assert np.count_nonzero(new) > 0
+
+
 @pytest.mark.parametrize("config", CONFIGS)
 def test_bit_exact_with_todays_path_over_steps_with_stale_pushes(config):
     workers = [Worker(seed, config) for seed in range(5)]
@@ -139,17 +163,9 @@ def test_bit_exact_over_densities_and_tensors_split_among_threads(zero_fraction)
     for step in range(2):
         pushes = []
         for worker in workers:
-            x = worker.rng.standard_normal(n) * worker.rng.exponential(1.0, n) * 1e-3
-            x[worker.rng.random(n) < zero_fraction] = 0
-            code, m = codec.compress_3lc(x.astype(np.float32), worker.error, 1.0, num_threads=1,
-                                         **config)
-            pushes.append((code, np.asarray(m, np.float32)))
+            pushes.append(push_with_zeros(worker, n, zero_fraction, config))
             pair.push_both(pushes[-1], step)
-        assert all(code[0] == 1 for code, _ in pushes), "Golomb-coded pushes expected"
-        ref, new = pair.take_both(len(workers))
-        assert np.array_equal(bits(new), bits(ref))
-        assert np.array_equal(bits(new), bits(dense_reference(pushes, n, config)))
-        assert np.count_nonzero(new) > 0
+        check_take(pair, pushes, n, config, step)
 
 
 @pytest.mark.parametrize("zero_fraction", [0.97, 0.3])
@@ -162,28 +178,18 @@ def test_many_pushes_held_and_added_together_exact(zero_fraction):
     pushes are added by the take). Against TF's accumulator on the decoded
     pushes and numpy, bit for bit."""
     n = 300_007
-    config = dict(adaptive=True, block_size=BLOCK)
-    workers = [Worker(seed, config, n) for seed in range(40)]
-    pair = Pair(config, n)
+    config, workers, pair = shipped_pair(n, 40)
     for step in range(2):
         pushes = []
         for i, worker in enumerate(workers):
-            x = worker.rng.standard_normal(n) * worker.rng.exponential(1.0, n) * 1e-3
-            x[worker.rng.random(n) < zero_fraction] = 0
-            code, m = codec.compress_3lc(x.astype(np.float32), worker.error, 1.0, num_threads=1,
-                                         **config)
-            m = np.asarray(m, np.float32)
+            code, m = push_with_zeros(worker, n, zero_fraction, config)
             if step == 0 and i == 23:
                 m = m.copy()
                 m[2::3] = 0.0  # a held push adding signed zeros
             pushes.append((code, m))
             pair.push_both(pushes[-1], step)
-        assert all(code[0] == 1 for code, _ in pushes), "Golomb-coded pushes expected"
         assert pair.counts() == [len(workers)] * 2
-        ref, new = pair.take_both(len(workers))
-        assert np.array_equal(bits(new), bits(ref)), step
-        assert np.array_equal(bits(new), bits(dense_reference(pushes, n, config))), step
-        assert np.count_nonzero(new) > 0
+        check_take(pair, pushes, n, config, step)
 
 
 def test_buffers_of_added_pushes_reused_exact():
@@ -193,27 +199,17 @@ def test_buffers_of_added_pushes_reused_exact():
     buffer comes back too; three steps, pushes held and not, against TF's accumulator on the
     decoded pushes and numpy, bit for bit."""
     n = 100_003
-    config = dict(adaptive=True, block_size=BLOCK)
-    workers = [Worker(seed, config, n) for seed in range(12)]
-    pair = Pair(config, n)
+    config, workers, pair = shipped_pair(n, 12)
     for step in range(3):
         pushes = []
         for i, worker in enumerate(workers):
-            x = worker.rng.standard_normal(n) * worker.rng.exponential(1.0, n) * 1e-3
-            x[worker.rng.random(n) < (0.3 if (i + step) % 3 == 0 else 0.98)] = 0
-            code, m = codec.compress_3lc(x.astype(np.float32), worker.error, 1.0, num_threads=1,
-                                         **config)
-            payload = (code, np.asarray(m, np.float32))
+            payload = push_with_zeros(worker, n, 0.3 if (i + step) % 3 == 0 else 0.98, config)
             if step > 0 and i == 5:
                 pair.push_both(payload, step - 1)  # stale: dropped, its buffer kept
                 continue
             pushes.append(payload)
             pair.push_both(payload, step)
-        assert all(code[0] == 1 for code, _ in pushes), "Golomb-coded pushes expected"
-        ref, new = pair.take_both(len(pushes))
-        assert np.array_equal(bits(new), bits(ref)), step
-        assert np.array_equal(bits(new), bits(dense_reference(pushes, n, config))), step
-        assert np.count_nonzero(new) > 0
+        check_take(pair, pushes, n, config, step)
 
 
 def test_zero_scales_and_signed_zeros_exact():
