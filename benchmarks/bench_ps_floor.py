@@ -7,8 +7,11 @@ worker makes for the reply (docs/scaling/ps_load.md counts them). Here N
 workers in this process, each on its own tf.distribute.Server as in
 benchmarks/bench_ps_load.py, run a stock TF graph with exactly that shape:
 `--buckets` uint8 tensors fed on the worker and read on the PS (a max of
-each, so each crosses), and a uint8 reply that the worker fetches
-from a PS variable, each of the sizes of the small CNN's 3LC messages. No
+each, so each crosses), and `--replies` uint8 replies that the worker fetches
+from PS variables, of the sizes of the small CNN's 3LC messages (tlc's PS
+answers each push bucket's row on its own: the small CNN's step has two
+replies; all but the last leave once the worker's pushes are in, the last
+after its token). No
 token, no accumulate, no update: every worker steps freely. With
 `--synchronous`, the steps are synchronous as tlc's are, still with no
 tlc op: after its pushes a worker's step says it arrived (a PS queue) and
@@ -17,7 +20,8 @@ its own, takes a whole round of arrivals and releases N tokens at once, one
 run on the PS per global step as tlc's chief's update. Every worker's reply
 then leaves in the same burst, as in tlc. The PS is a plain
 tf.distribute.Server in its own process, configured as the job's PS
-(tlc/job/task.py); the workers' sessions run their graphs as written (no
+(tlc.session.server_config, as tlc/job/task.py; until 2026-12-01 only its
+device filters, its pools spinning); the workers' sessions run their graphs as written (no
 grappler: with it, the two pushes crossed as one _Recv). `--extra_nodes K`
 adds a chain of K scalar ops to the PS's partition: the difference is what
 the executor costs per node of a step (tlc's PS partition has ~110).
@@ -47,6 +51,7 @@ tf = quiet.import_tensorflow()  # a bad flag's error is then stderr's only line
 from benchmarks import jobs  # noqa: E402
 from benchmarks.bench_scaling import cpu_seconds  # noqa: E402
 from tlc.job import cluster as cl  # noqa: E402
+from tlc.session import server_config  # noqa: E402
 
 PROGRAM = "bench_ps_floor"
 PUSH_BYTES = 40_000   # each of the small CNN's two push buckets (~80 KB a step)
@@ -56,15 +61,15 @@ REPLY_BYTES = 80_000  # its reply
 def serve_ps(spec):
     """The PS process: a server configured as the job's, until killed."""
     tf.compat.v1.disable_eager_execution()
-    config = tf.compat.v1.ConfigProto(device_filters=["/job:ps/task:0"])
     tf.distribute.Server(tf.train.ClusterSpec(spec), job_name="ps", task_index=0,
-                         config=config).join()
+                         config=server_config("ps", 0)).join()
 
 
 class FloorWorker:
     """One worker: its server, its graph (pushes in, reply out) and session."""
 
-    def __init__(self, spec, index, buckets, extra_nodes=0, synchronous=False, string_reply=False):
+    def __init__(self, spec, index, buckets, extra_nodes=0, synchronous=False, string_reply=False,
+                 replies=1):
         own = f"/job:worker/task:{index}"
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", own])
         # The graph runs as written: grappler would otherwise fold the added
@@ -79,13 +84,8 @@ class FloorWorker:
                                for k in range(buckets)]
                 pushed = [tf.identity(p) for p in self.pushes]  # leaves from the worker
             with tf.device("/job:ps/task:0"):
-                if string_reply:  # as tlc's reply: a string vector (head, seconds, logged row)
-                    reply_var = tf.compat.v1.get_variable(
-                        "reply", initializer=tf.constant(["h" * 40, "s" * 12, "r" * REPLY_BYTES]),
-                        use_resource=True)
-                else:
-                    reply_var = tf.compat.v1.get_variable(
-                        "reply", initializer=tf.zeros((REPLY_BYTES,), tf.uint8), use_resource=True)
+                reply_vars = [reply_variable(r, REPLY_BYTES // replies, string_reply)
+                              for r in range(replies)]
                 # Reads each push's bytes (a size alone is folded from the static shape).
                 got = tf.add_n([tf.cast(tf.reduce_max(p), tf.int32) for p in pushed])
                 for k in range(extra_nodes):  # scalar ops on the PS: the executor's cost per node
@@ -93,11 +93,14 @@ class FloorWorker:
                 if synchronous:
                     arrivals, tokens = round_queues()
                     with tf.control_dependencies([got]):
-                        arrived = arrivals.enqueue(tf.constant(index, tf.int64))
-                    with tf.control_dependencies([arrived]):
+                        got = arrivals.enqueue(tf.constant(index, tf.int64))
+                with tf.control_dependencies([got]):  # the early replies: pushes in
+                    self.reply = [tf.identity(v.read_value()) for v in reply_vars[:-1]]
+                if synchronous:
+                    with tf.control_dependencies([got]):
                         got = tokens.dequeue()
                 with tf.control_dependencies([got]):
-                    self.reply = tf.identity(reply_var.read_value())
+                    self.reply.append(tf.identity(reply_vars[-1].read_value()))
             self.init = tf.compat.v1.global_variables_initializer()
         self.session = tf.compat.v1.Session(self.server.target, graph=graph, config=config)
         rng = np.random.default_rng(index)
@@ -120,6 +123,16 @@ class FloorWorker:
                     if node.op in ("_Recv", "_Send", "_HostRecv", "_HostSend"):
                         counts[node.op] = counts.get(node.op, 0) + 1
         return counts
+
+
+def reply_variable(index, nbytes, string_reply):
+    """A PS variable of `nbytes` a reply reads: uint8, or as tlc's reply a
+    string vector (head, seconds, logged row)."""
+    if string_reply:
+        initial = tf.constant(["h" * 40, "s" * 12, "r" * nbytes])
+    else:
+        initial = tf.zeros((nbytes,), tf.uint8)
+    return tf.compat.v1.get_variable(f"reply{index}", initializer=initial, use_resource=True)
 
 
 def round_queues():
@@ -168,13 +181,13 @@ def wait_until(condition, poll=0.05):
 
 
 def run_cell(workers, buckets, warmup, window_seconds, extra_nodes=0, synchronous=False,
-             string_reply=False):
+             string_reply=False, replies=1):
     spec = cl.local_cluster(1, workers)
     ps = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_ps_floor",  # pylint: disable=consider-using-with
                            "--serve_ps", json.dumps(spec)],
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
-        sim = [FloorWorker(spec, i, buckets, extra_nodes, synchronous, string_reply)
+        sim = [FloorWorker(spec, i, buckets, extra_nodes, synchronous, string_reply, replies)
                for i in range(workers)]
         sim[0].session.run(sim[0].init)
         stop, errors = threading.Event(), []
@@ -227,7 +240,8 @@ def run_cell(workers, buckets, warmup, window_seconds, extra_nodes=0, synchronou
         if errors:
             raise RuntimeError(errors[0])
         n = steps1 - steps0
-        return {"workers": workers, "buckets": buckets, "extra_nodes": extra_nodes,
+        return {"workers": workers, "buckets": buckets, "replies": replies,
+                "extra_nodes": extra_nodes,
                 "synchronous": synchronous, "string_reply": string_reply,
                 "ps_partition_transfers": transfers, "worker_steps": n,
                 "rounds": rounds1 - rounds0,
@@ -243,6 +257,8 @@ def main(argv=None):
     parser.add_argument("--serve_ps", help=argparse.SUPPRESS)
     parser.add_argument("--workers", default="8,16")
     parser.add_argument("--buckets", type=int, default=2, help="push RPCs per worker step")
+    parser.add_argument("--replies", default="1",
+                        help="comma list: replies per worker step (tlc's small CNN: 2)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--extra_nodes", default="0",
                         help="comma list: scalar ops added to the PS partition (per node cost)")
@@ -257,15 +273,16 @@ def main(argv=None):
     if args.serve_ps:
         serve_ps(json.loads(args.serve_ps))
         return 0
-    cells = [(w, k, bool(s)) for w in jobs.int_list(args.workers, "--workers", PROGRAM)
+    cells = [(w, k, bool(s), r) for w in jobs.int_list(args.workers, "--workers", PROGRAM)
              for k in jobs.int_list(args.extra_nodes, "--extra_nodes", PROGRAM, low=0)
-             for s in jobs.int_list(args.string_reply, "--string_reply", PROGRAM, 0, 1)]
+             for s in jobs.int_list(args.string_reply, "--string_reply", PROGRAM, 0, 1)
+             for r in jobs.int_list(args.replies, "--replies", PROGRAM, low=1)]
     tf.compat.v1.disable_eager_execution()
     rows = []
     for r in range(args.rounds):
-        for workers, extra, string_reply in cells:
+        for workers, extra, string_reply, replies in cells:
             row = dict(run_cell(workers, args.buckets, args.warmup, args.window_seconds,
-                                extra, args.synchronous, string_reply), round=r)
+                                extra, args.synchronous, string_reply, replies), round=r)
             print(json.dumps(row), flush=True)
             rows.append(row)
     jobs.save_rows(args.out, rows)

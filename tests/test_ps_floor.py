@@ -14,25 +14,26 @@ pytestmark = pytest.mark.cluster
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize("buckets,workers,synchronous", [(1, 1, False), (2, 1, False),
-                                                       (2, 3, True)])
-def test_a_step_has_the_rpc_shape_of_a_tlc_step(tmp_path, buckets, workers, synchronous):
+@pytest.mark.parametrize("buckets,replies,workers,synchronous", [
+    (1, 1, 1, False), (2, 1, 1, False), (2, 2, 1, False), (2, 2, 3, True)])
+def test_a_step_has_the_rpc_shape_of_a_tlc_step(tmp_path, buckets, replies, workers,
+                                                synchronous):
     out = tmp_path / "floor.json"
     subprocess.run([sys.executable, "-m", "benchmarks.bench_ps_floor", f"--workers={workers}",
-                    f"--buckets={buckets}", "--rounds=1", "--warmup=2", "--window_seconds=1",
-                    f"--out={out}"] + ["--synchronous"] * synchronous,
+                    f"--buckets={buckets}", f"--replies={replies}", "--rounds=1", "--warmup=2",
+                    "--window_seconds=1", f"--out={out}"] + ["--synchronous"] * synchronous,
                    cwd=ROOT, check=True, timeout=600)
     row, = json.loads(out.read_text())["rows"]
-    # TF's partition graph of the PS: one receive per push bucket, the reply sent back
+    # TF's partition graph of the PS: one receive per push bucket, each reply sent back
     # (the round's queues are the PS's own ops: nothing more crosses).
-    assert row["ps_partition_transfers"] == {"_Recv": buckets, "_Send": 1}, row
+    assert row["ps_partition_transfers"] == {"_Recv": buckets, "_Send": replies}, row
     assert row["worker_steps"] > 0
     if synchronous:  # every step took a token of the chief's rounds, N a round
         assert row["rounds"] > 0 and abs(row["worker_steps"] - workers * row["rounds"]) <= workers, row
     assert math.isfinite(row["ps_cpu_ms_per_worker_step"]) and row["ps_cpu_ms_per_worker_step"] >= 0
 
 
-@pytest.mark.parametrize("flag", ["--workers=x", "--workers=0", "--extra_nodes=-1",
+@pytest.mark.parametrize("flag", ["--workers=x", "--workers=0", "--extra_nodes=-1", "--replies=0",
                                   "--string_reply=2", "--string_reply=0,1,x"])
 def test_a_bad_cell_flag_is_refused_in_one_line(flag):
     run = subprocess.run([sys.executable, "-m", "benchmarks.bench_ps_floor", flag], cwd=ROOT,
