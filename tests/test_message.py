@@ -259,6 +259,29 @@ def test_ops_are_placed_by_the_callers_device_scope():
     assert {op.device for op in unpack_ops if op.type != "Const"} == {ps}
 
 
+def test_unpack_is_one_op_giving_each_part_its_dtype_and_shape():
+    """A receiving task runs one node per message, not a bitcast and reshapes
+    per part after it (on the PS, per push message and worker step); bool
+    bytes other than 0 (a hostile sender's) read as true, as a cast did."""
+    values = [np.arange(6, dtype=np.int64).reshape(2, 3), np.float32([[1.5, -0.0]]),
+              np.uint8([7, 8, 9]), np.float16([0.25])]
+    with tf.Graph().as_default() as graph:
+        raw = tf.compat.v1.placeholder(tf.uint8, [None])
+        packed = message.pack([tf.constant(v) for v in values] + [raw])
+        before = set(graph.get_operations())
+        specs = [(tf.int64, [2, 3]), (tf.float32, [1, 2]), (tf.uint8, None), (tf.float16, None),
+                 (tf.bool, None)]
+        out = message.unpack(packed, specs, WHAT)
+        added = set(graph.get_operations()) - before
+        assert [op.type for op in added] == ["TlcUnpackMessage"]
+        assert [t.shape.as_list() for t in out] == [[2, 3], [1, 2], [None], [None], [None]]
+        with tf.compat.v1.Session() as sess:
+            got = sess.run(out, {raw: np.uint8([0, 1, 2, 255])})
+    for v, g in zip(values, got):
+        assert g.dtype == v.dtype and g.tobytes() == v.tobytes()
+    assert got[-1].tolist() == [False, True, True, True]
+
+
 def test_the_part_limit_holds_for_encoders_and_decoders():
     limit = 1 << 20
     many = [b""] * limit

@@ -78,17 +78,8 @@ def unpack(message, specs, what):
     part_bytes = [-1 if shape is None else shape.num_elements() * size
                   for _, shape, size in specs]
     item_bytes = [size for _, _, size in specs]
-    parts = ops.unpack_message(message, len(specs), what, part_bytes=part_bytes,
-                               item_bytes=item_bytes)
-    out = []
-    for part, (dtype, shape, size) in zip(parts, specs):
-        if dtype == tf.bool:
-            value = tf.cast(part, tf.bool)
-        elif dtype == tf.uint8:
-            value = part
-        elif size == 1:
-            value = tf.bitcast(part, dtype)
-        else:
-            value = tf.bitcast(tf.reshape(part, [-1, size]), dtype)
-        out.append(tf.reshape(value, shape if shape is not None else [-1]))
-    return out
+    # One op gives every part its dtype and shape: no bitcast and reshapes
+    # after it (each a node per part and step on the receiving task).
+    return list(ops.unpack_message(message, len(specs), what, part_bytes=part_bytes,
+                                   item_bytes=item_bytes, dtypes=[d for d, _, _ in specs],
+                                   shapes=[s for _, s, _ in specs]))

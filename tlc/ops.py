@@ -88,11 +88,18 @@ def pack_message(parts, name=None):
     return _ops.tlc_pack_message(parts, name=name)
 
 
-def unpack_message(message, num_parts, what, part_bytes=(), item_bytes=(), name=None):
-    """The `num_parts` uint8 vectors of a step message; a malformed message
-    fails in one line naming `what`. Optional, one entry per part: its exact
-    byte count (-1: any) and the byte size of one of its values."""
-    return _ops.tlc_unpack_message(message, num_parts=num_parts, what=what,
+def unpack_message(message, num_parts, what, part_bytes=(), item_bytes=(), name=None,
+                   dtypes=None, shapes=None):
+    """The `num_parts` parts of a step message: uint8 vectors, or with
+    `dtypes` each part's bytes as that dtype (as in memory; bool: a byte
+    other than 0 is true), a vector or, with `shapes` (None for a vector),
+    that shape. A malformed message fails in one line naming `what`.
+    Optional, one entry per part: its exact byte count (-1: any) and the
+    byte size of one of its values."""
+    dtypes = [tf.uint8] * num_parts if dtypes is None else list(dtypes)
+    shapes = [] if shapes is None else [
+        tf.TensorShape(None) if s is None else tf.TensorShape(s) for s in shapes]
+    return _ops.tlc_unpack_message(message, out_types=dtypes, shapes=shapes, what=what,
                                    part_bytes=list(part_bytes), item_bytes=list(item_bytes),
                                    name=name)
 

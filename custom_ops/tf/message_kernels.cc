@@ -6,6 +6,8 @@
 
 #include "../core/message.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/partial_tensor_shape.h"
+#include "tensorflow/core/framework/types.h"
 
 namespace tlc {
 namespace {
@@ -42,10 +44,16 @@ class PackMessageOp : public OpKernel {
 class UnpackMessageOp : public OpKernel {
  public:
   explicit UnpackMessageOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_parts", &num_parts_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("out_types", &types_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("shapes", &shapes_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("what", &what_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("part_bytes", &part_bytes_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("item_bytes", &item_bytes_));
+    num_parts_ = static_cast<int>(types_.size());
+    OP_REQUIRES(ctx, shapes_.empty() || shapes_.size() == types_.size(),
+                ::tensorflow::errors::InvalidArgument(
+                    "tlc: ", what_, ": shapes needs ", num_parts_,
+                    " entries (one per part) or none, got ", shapes_.size()));
     for (const auto* list : {&part_bytes_, &item_bytes_}) {
       OP_REQUIRES(ctx, list->empty() || list->size() == static_cast<size_t>(num_parts_),
                   ::tensorflow::errors::InvalidArgument(
@@ -56,6 +64,21 @@ class UnpackMessageOp : public OpKernel {
       OP_REQUIRES(ctx, item >= 1,
                   ::tensorflow::errors::InvalidArgument("tlc: ", what_,
                                                         ": item_bytes must be >= 1, got ", item));
+    }
+    sizes_.resize(num_parts_);
+    for (int i = 0; i < num_parts_; ++i) {
+      const DataType type = types_[i];
+      OP_REQUIRES(ctx, type == ::tensorflow::DT_BOOL || ::tensorflow::DataTypeCanUseMemcpy(type),
+                  ::tensorflow::errors::InvalidArgument(
+                      "tlc: ", what_, ": part ", i, ": dtype ",
+                      ::tensorflow::DataTypeString(type), " cannot travel in a step message"));
+      sizes_[i] = static_cast<int64_t>(::tensorflow::DataTypeSize(type));
+      // Each part's values are whole: its byte count a multiple of the dtype's size.
+      OP_REQUIRES(ctx, sizes_[i] >= 1 && (item_bytes_.empty() || item_bytes_[i] % sizes_[i] == 0),
+                  ::tensorflow::errors::InvalidArgument(
+                      "tlc: ", what_, ": part ", i, ": item_bytes ",
+                      item_bytes_.empty() ? 0 : item_bytes_[i], " is not a whole number of ",
+                      ::tensorflow::DataTypeString(type), " values"));
     }
   }
 
@@ -75,17 +98,41 @@ class UnpackMessageOp : public OpKernel {
     OP_REQUIRES(ctx, sized.ok(),
                 ::tensorflow::errors::InvalidArgument("tlc: ", what_, ": ", sized.message()));
     for (int i = 0; i < num_parts_; ++i) {
+      const int64_t values = static_cast<int64_t>(spans[i].length) / sizes_[i];
+      OP_REQUIRES(ctx, values * sizes_[i] == static_cast<int64_t>(spans[i].length),
+                  ::tensorflow::errors::InvalidArgument(
+                      "tlc: ", what_, ": part ", i, " holds ", spans[i].length,
+                      " bytes, not a whole number of ", ::tensorflow::DataTypeString(types_[i]),
+                      " values"));
+      TensorShape shape({values});
+      if (!shapes_.empty() && shapes_[i].IsFullyDefined()) {
+        OP_REQUIRES(ctx, shapes_[i].AsTensorShape(&shape),
+                    ::tensorflow::errors::InvalidArgument("tlc: ", what_, ": part ", i,
+                                                          ": bad shape"));
+        OP_REQUIRES(ctx, shape.num_elements() == values,
+                    ::tensorflow::errors::InvalidArgument(
+                        "tlc: ", what_, ": part ", i, " holds ", values, " values, its shape ",
+                        shape.DebugString(), " needs ", shape.num_elements()));
+      }
       Tensor* out = nullptr;
-      OP_REQUIRES_OK(ctx, ctx->allocate_output(
-                              i, TensorShape({static_cast<int64_t>(spans[i].length)}), &out));
-      if (spans[i].length) {
-        std::memcpy(out->flat<uint8_t>().data(), data + spans[i].offset, spans[i].length);
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(i, shape, &out));
+      if (spans[i].length == 0) continue;
+      const uint8_t* from = data + spans[i].offset;
+      if (types_[i] == ::tensorflow::DT_BOOL) {
+        bool* to = out->flat<bool>().data();
+        for (int64_t k = 0; k < values; ++k) to[k] = from[k] != 0;
+      } else {
+        std::memcpy(const_cast<char*>(out->tensor_data().data()), from, spans[i].length);
       }
     }
   }
 
  private:
-  int num_parts_;
+  using DataType = ::tensorflow::DataType;
+  int num_parts_ = 0;
+  std::vector<DataType> types_;
+  std::vector<::tensorflow::PartialTensorShape> shapes_;
+  std::vector<int64_t> sizes_;  // bytes of one value of each part
   std::string what_;
   std::vector<int64_t> part_bytes_;
   std::vector<int64_t> item_bytes_;

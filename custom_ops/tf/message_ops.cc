@@ -2,6 +2,7 @@
 // docs/FORMAT.md). Kernels are in message_kernels.cc, Python wrappers in
 // tlc/message.py.
 #include <string>
+#include <vector>
 
 #include "../core/message.h"
 #include "tensorflow/core/framework/op.h"
@@ -36,19 +37,31 @@ REGISTER_OP("TlcPackMessage")
 
 REGISTER_OP("TlcUnpackMessage")
     .Input("message: uint8")
-    .Attr("num_parts: int >= 0")
+    // Each part's dtype (numeric or bool: its bytes as in memory, little-endian;
+    // a bool byte is true unless 0) and, optionally, its shape (one entry per
+    // part; an unknown shape: a vector of however many values the part holds).
+    .Attr("out_types: list(type) >= 0")
+    .Attr("shapes: list(shape) = []")
     .Attr("what: string")
     // Optional, empty or one entry per part (core/message.h, CheckPartSizes):
     // a part's exact byte count (-1: any) and its value size.
     .Attr("part_bytes: list(int) = []")
     .Attr("item_bytes: list(int) = []")
-    .Output("parts: num_parts * uint8")
+    .Output("parts: out_types")
     .SetShapeFn([](InferenceContext* c) {
       std::string what;
       TF_RETURN_IF_ERROR(c->GetAttr("what", &what));
       TF_RETURN_IF_ERROR(CheckParts(c->num_outputs(), what + ": "));
+      std::vector<::tensorflow::PartialTensorShape> shapes;
+      TF_RETURN_IF_ERROR(c->GetAttr("shapes", &shapes));
       for (int i = 0; i < c->num_outputs(); ++i) {
-        c->set_output(i, c->Vector(InferenceContext::kUnknownDim));
+        if (i < static_cast<int>(shapes.size()) && shapes[i].IsFullyDefined()) {
+          ::tensorflow::shape_inference::ShapeHandle shape;
+          TF_RETURN_IF_ERROR(c->MakeShapeFromPartialTensorShape(shapes[i], &shape));
+          c->set_output(i, shape);
+        } else {
+          c->set_output(i, c->Vector(InferenceContext::kUnknownDim));
+        }
       }
       return ::absl::Status();
     });
