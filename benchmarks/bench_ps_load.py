@@ -529,6 +529,35 @@ def projection(rows, step_seconds):
     return out
 
 
+def per_extra_worker(rows):
+    """Per PS count (and config), between cells of consecutive worker counts:
+    what each extra worker adds to the busiest PS's CPU per global step, less
+    the idle rate and as measured (the idle spell's probes of the workers
+    stop while steps end, so the first can undercount at large N)."""
+    ok = sorted((r for r in rows if "error" not in r),
+                key=lambda r: (r["config"], r["ps"], r["workers"]))
+    out = []
+    for a, b in zip(ok, ok[1:]):
+        if (a["config"], a["ps"]) != (b["config"], b["ps"]) or a["workers"] == b["workers"]:
+            continue
+        extra = b["workers"] - a["workers"]
+        slope = {key: (max(b[key]) - max(a[key])) / extra
+                 for key in ("ps_cpu_seconds_per_step", "ps_cpu_seconds_per_step_measured")}
+        out.append({"config": a["config"], "ps": a["ps"], "workers": [a["workers"], b["workers"]],
+                    "load_before": [a["load_before"][0], b["load_before"][0]],
+                    "seconds_less_idle": slope["ps_cpu_seconds_per_step"],
+                    "seconds_measured": slope["ps_cpu_seconds_per_step_measured"]})
+    return out
+
+
+def slopes_text(rows):
+    return "\n".join(
+        f"PS CPU per extra worker, {s['ps']} PS, {s['workers'][0]} -> {s['workers'][1]} workers: "
+        f"{1000 * s['seconds_less_idle']:.2f} ms less idle, "
+        f"{1000 * s['seconds_measured']:.2f} ms measured (busiest PS; load before the cells "
+        f"{s['load_before'][0]:.1f}, {s['load_before'][1]:.1f})" for s in per_extra_worker(rows))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--workers", default="8,16,32,64,128")
@@ -574,6 +603,8 @@ def main(argv=None):
                 print("  PS op time per worker step:", json.dumps(row["profile"]["by_category"]),
                       flush=True)
     print(table(rows))
+    if slopes_text(rows):
+        print(slopes_text(rows))
     return rows
 
 
@@ -590,7 +621,8 @@ def write(path, rows, args):
     cells = [r for r in kept if key(r) not in new] + rows
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     cl.write_json(path, {"cells": cells, "projection_step_seconds": args.step_seconds,
-                         "projection": projection(cells, args.step_seconds)})
+                         "projection": projection(cells, args.step_seconds),
+                         "per_extra_worker": per_extra_worker(cells)})
 
 
 if __name__ == "__main__":

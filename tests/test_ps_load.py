@@ -60,6 +60,7 @@ def test_smallest_cell(tmp_path):
     cpu = cell["ps_cpu_seconds_per_step"][0] + cell["ps_idle_cpu_per_second"][0] * step
     projected, = results["projection"]
     assert projected["workers_per_core"] == pytest.approx(step / (cpu / 2))
+    assert results["per_extra_worker"] == []  # one cell: no slope
     profile = cell["profile"]
     assert profile["traced_worker_steps"] == 2 * profiled
     # The traced steps include the PS device's ops: every push went into its accumulator.
@@ -74,3 +75,29 @@ def test_ps_cpus_not_a_part_of_this_process_s_cpus_is_refused_in_one_line(given)
     assert run.returncode != 0 and run.stdout == ""
     assert run.stderr.startswith("bench_ps_load: --ps_cpus: ") and \
         run.stderr.count("\n") == 1, run.stderr
+
+
+def test_per_extra_worker_is_the_busiest_ps_slope_between_consecutive_cells():
+    from benchmarks import bench_ps_load  # pylint: disable=import-outside-toplevel
+
+    def cell(workers, ps, less_idle, measured, config="3lc_s1.00"):
+        return {"workers": workers, "ps": ps, "config": config, "load_before": [0.5, 0, 0],
+                "ps_cpu_seconds_per_step": less_idle,
+                "ps_cpu_seconds_per_step_measured": measured}
+    rows = [cell(16, 1, [0.030], [0.032]), cell(8, 1, [0.020], [0.021]),
+            {"workers": 12, "ps": 1, "config": "3lc_s1.00", "error": "timed out"},
+            cell(32, 1, [0.052], [0.056]),
+            cell(8, 2, [0.011, 0.013], [0.012, 0.014]), cell(16, 2, [0.021, 0.019], [0.022, 0.02]),
+            cell(8, 1, [0.5], [0.5], config="other")]
+    slopes = bench_ps_load.per_extra_worker(rows)
+    got = {(s["config"], s["ps"], tuple(s["workers"])): [s["seconds_less_idle"],
+                                                         s["seconds_measured"]] for s in slopes}
+    want = {("3lc_s1.00", 1, (8, 16)): [0.010 / 8, 0.011 / 8],
+            ("3lc_s1.00", 1, (16, 32)): [0.022 / 16, 0.024 / 16],
+            # The busiest PS of each cell (a different one in each).
+            ("3lc_s1.00", 2, (8, 16)): [0.008 / 8, 0.008 / 8]}
+    assert got.keys() == want.keys()
+    for key, slope in want.items():
+        assert got[key] == pytest.approx(slope), key
+    assert "8 -> 16 workers: 1.25 ms less idle, 1.38 ms measured" in \
+        bench_ps_load.slopes_text(rows)
