@@ -419,6 +419,7 @@ def figures(workers, ps, samples, args):
 
 # ------------------------------------------------------------- profile --
 PS_DEVICE = re.compile(r"/job:ps/(replica:\d+/)?task:\d+/device:CPU:\d+")
+WORKER_DEVICE = re.compile(r"/job:worker/(replica:\d+/)?task:\d+/device:CPU:\d+")
 # Ops whose time on the PS is mostly waiting, not CPU: for a token (the
 # other workers' pushes and the chief's update), or for a push's bytes.
 WAITING_OPS = ("QueueDequeueV2", "QueueDequeueManyV2", "RecvTensor", "_Recv")
@@ -436,9 +437,13 @@ CATEGORIES = (
 
 def add_ps_op_times(metadata, totals, nodes):
     """Adds each PS-device node's time (its op's start to end, microseconds)
-    to totals by (op type, node name), and counts the nodes by op type."""
+    to totals by (op type, node name), and counts the nodes by op type (the
+    worker's own under "worker:" + op type)."""
     for dev in metadata.step_stats.dev_stats:
         if not PS_DEVICE.search(dev.device):
+            if WORKER_DEVICE.search(dev.device):
+                nodes.update("worker:" + n.timeline_label.split("=")[-1].split("(")[0].strip()
+                             for n in dev.node_stats if "=" in n.timeline_label)
             continue
         for node in dev.node_stats:
             kind = node.timeline_label.split("=")[-1].split("(")[0].strip() \
@@ -461,9 +466,16 @@ def profile(totals, nodes, traced):
             label = next((c for c, kinds in CATEGORIES if kind in kinds), "other ops")
         by_category[label] += micros
     top = sorted(by_kind.items(), key=lambda kv: -kv[1])[:15]
+    worker = {k: v for k, v in nodes.items() if k.startswith("worker:")}
+    nodes = {k: v for k, v in nodes.items() if k not in worker}
     return {"nodes_per_worker_step": round(sum(nodes.values()) / traced, 1),
             "node_types_per_worker_step": {k: round(v / traced, 1)
                                            for k, v in sorted(nodes.items(), key=lambda kv: -kv[1])},
+            # The worker's own (its device's nodes in the traced steps).
+            "worker_nodes_per_worker_step": round(sum(worker.values()) / traced, 1),
+            "worker_node_types_per_worker_step": {
+                k[len("worker:"):]: round(v / traced, 1)
+                for k, v in sorted(worker.items(), key=lambda kv: -kv[1])},
             "traced_worker_steps": traced,
             "busy_op_micros_per_worker_step": round(sum(
                 v for k, v in by_kind.items() if k not in WAITING_OPS) / traced, 1),

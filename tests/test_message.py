@@ -282,6 +282,33 @@ def test_unpack_is_one_op_giving_each_part_its_dtype_and_shape():
     assert got[-1].tolist() == [False, True, True, True]
 
 
+def test_pack_is_one_op_taking_each_part_as_it_is():
+    """A sending task runs one node per message, not a reshape and a bitcast
+    per part before it (on the worker, per push part and step); the bytes are
+    each tensor's memory, as the pybind module packs them (bool: 0 or 1)."""
+    values = [np.arange(6, dtype=np.int64).reshape(2, 3), np.float32([[1.5, -0.0]]),
+              np.uint8([7, 8, 9]), np.float16(0.25), np.array([[True], [False]]),
+              np.zeros([0, 3], np.complex64)]
+    with tf.Graph().as_default() as graph:
+        parts = [tf.constant(v) for v in values]
+        before = set(graph.get_operations())
+        packed = message.pack(parts)
+        added = set(graph.get_operations()) - before
+        assert [op.type for op in added] == ["TlcPackMessage"]
+        with tf.compat.v1.Session() as sess:
+            got = sess.run(packed)
+    assert got.tobytes() == _codec.pack_message([v.tobytes() for v in values])
+
+
+def test_pack_op_refuses_a_string_part_in_one_line():
+    """The op itself (a graph built without tlc.message's check), at run time."""
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+            sess.run(ops.pack_message([tf.zeros([2]), tf.constant(["a"])]))
+    assert tf_error_line(raised.value) == (
+        "tlc: step message part 1: dtype string cannot travel in a step message")
+
+
 def test_the_part_limit_holds_for_encoders_and_decoders():
     limit = 1 << 20
     many = [b""] * limit

@@ -14,36 +14,29 @@ from tlc import ops
 if sys.byteorder != "little":  # parts are defined as little-endian bytes
     raise ImportError("tlc.message: step messages need a little-endian host")
 
-# tf.bitcast's types; bool travels through a cast (one byte, 0 or 1).
-_BITCAST = frozenset([tf.bfloat16, tf.float16, tf.float32, tf.float64, tf.int8, tf.int16,
-                      tf.int32, tf.int64, tf.uint8, tf.uint16, tf.uint32, tf.uint64,
-                      tf.complex64, tf.complex128])
+# The dtypes a part may have: their bytes as in memory (bool: one byte, 0 or 1).
+_BYTES = frozenset([tf.bfloat16, tf.float16, tf.float32, tf.float64, tf.int8, tf.int16,
+                    tf.int32, tf.int64, tf.uint8, tf.uint16, tf.uint32, tf.uint64,
+                    tf.complex64, tf.complex128, tf.bool])
 
 
 def _check_dtype(dtype, where):
     dtype = tf.as_dtype(dtype)
-    if dtype != tf.bool and dtype not in _BITCAST:
+    if dtype not in _BYTES:
         raise ValueError(f"{where}: dtype {dtype.name} cannot travel in a step message "
                          "(numeric or bool only)")
     return dtype
 
 
-def _as_bytes(tensor, index):
-    tensor = tf.convert_to_tensor(tensor)
-    dtype = _check_dtype(tensor.dtype, f"tlc: step message part {index}")
-    flat = tf.reshape(tensor, [-1])
-    if dtype == tf.bool:
-        return tf.cast(flat, tf.uint8)
-    if dtype == tf.uint8:
-        return flat
-    return tf.reshape(tf.bitcast(flat, tf.uint8), [-1])
-
-
 def pack(tensors):
     """A uint8 vector (one TlcPackMessage op) holding every tensor's bytes,
     in order. `tensors`: a list of tensors (or values convertible to one) of
-    any numeric dtype or bool, any shape."""
-    return ops.pack_message([_as_bytes(t, i) for i, t in enumerate(tensors)])
+    any numeric dtype or bool, any shape. The op takes them as they are: no
+    reshape or bitcast per part (each a node per part and step)."""
+    parts = [tf.convert_to_tensor(t) for t in tensors]
+    for i, t in enumerate(parts):
+        _check_dtype(t.dtype, f"tlc: step message part {i}")
+    return ops.pack_message(parts)
 
 
 def _spec(spec, index, what):

@@ -84,7 +84,8 @@ def golomb_bstar(p, name=None):
 
 
 def pack_message(parts, name=None):
-    """One step message (docs/FORMAT.md) holding the uint8 vectors `parts`."""
+    """One step message (docs/FORMAT.md) holding `parts`: tensors of any
+    numeric dtype or bool and any shape, each as its bytes in memory."""
     return _ops.tlc_pack_message(parts, name=name)
 
 

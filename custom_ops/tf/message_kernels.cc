@@ -12,6 +12,7 @@
 namespace tlc {
 namespace {
 
+using ::tensorflow::DataType;
 using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
@@ -31,8 +32,15 @@ class PackMessageOp : public OpKernel {
     std::vector<const uint8_t*> data(parts.size());
     std::vector<size_t> lengths(parts.size());
     for (int i = 0; i < parts.size(); ++i) {
-      data[i] = parts[i].flat<uint8_t>().data();
-      lengths[i] = parts[i].NumElements();
+      const DataType type = parts[i].dtype();
+      OP_REQUIRES(ctx, type == ::tensorflow::DT_BOOL || ::tensorflow::DataTypeCanUseMemcpy(type),
+                  ::tensorflow::errors::InvalidArgument(
+                      "tlc: step message part ", i, ": dtype ",
+                      ::tensorflow::DataTypeString(type), " cannot travel in a step message"));
+      // Its bytes as in memory (a bool is one byte, 0 or 1).
+      const auto bytes = parts[i].tensor_data();
+      data[i] = reinterpret_cast<const uint8_t*>(bytes.data());
+      lengths[i] = bytes.size();
     }
     Tensor* out = nullptr;
     const int64_t size = static_cast<int64_t>(message::PackedSize(lengths));

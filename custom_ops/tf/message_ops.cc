@@ -26,8 +26,10 @@ namespace {
 }  // namespace
 
 REGISTER_OP("TlcPackMessage")
-    .Input("parts: N * uint8")
-    .Attr("N: int >= 0")
+    // Each part as it is in memory (numeric or bool, any shape, row-major): no
+    // reshape or bitcast before it (a node per part and step on the sender).
+    .Input("parts: T")
+    .Attr("T: list(type) >= 0")
     .Output("message: uint8")
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(CheckParts(c->num_inputs(), ""));
