@@ -65,6 +65,10 @@ def test_smallest_cell(tmp_path):
     assert profile["traced_worker_steps"] == 2 * profiled
     # The traced steps include the PS device's ops: every push went into its accumulator.
     assert profile["by_category"]["accumulate (3LC push into its accumulator)"] > 0
+    # And the worker's own nodes: its push messages packed by one op each, with no bitcast
+    # (nor reshape) per part before it (7 Bitcast nodes per worker step before).
+    worker_nodes = profile["worker_node_types_per_worker_step"]
+    assert worker_nodes["TlcPackMessage"] >= 1 and "Bitcast" not in worker_nodes, worker_nodes
 
 
 @pytest.mark.parametrize("given", ["x", "0,1,2,3,4,5,6,7,8,9,1000", "1000"])
