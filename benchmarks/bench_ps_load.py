@@ -17,9 +17,12 @@ What differs from a real job:
   * no model compute: each worker step feeds a recorded real gradient (the
     small CNN on Fashion-MNIST, a short single-process run of the same
     optimizer settings; worker i at its step t feeds recorded step
-    (i + t) mod K) instead of running forward and backward passes; the
-    worker still compresses it (with its own error feedback) and replays
-    the replies into its local copies;
+    (i + t) mod K) into its backward pass's gradient tensors (the graph
+    holds the model's passes, so the push buckets follow backprop's work as
+    in the job; they run on one blank image, and their gradients are not
+    used: the step's timestamps wait for their ops); the worker still
+    compresses the gradient (with its own error feedback) and replays the
+    replies into its local copies;
   * every worker is in this process on loopback, so the workers' own work
     (compress, replay, TF's executor) shares this machine's cores with the
     PS: global steps per second are those of this machine, not of a cluster
@@ -147,14 +150,22 @@ class SimulatedWorker:
             with placement.balanced(cluster, own):
                 self.global_step = tf.compat.v1.train.get_or_create_global_step()
                 images = tf.compat.v1.placeholder(tf.float32, (None, 28, 28, 1), "images")
+                labels = tf.compat.v1.placeholder(tf.int64, (None,), "labels")
                 with replica.local_copies(own), \
                         tf.compat.v1.variable_scope("model", reuse=tf.compat.v1.AUTO_REUSE):
-                    models.build(flags.model, images, 10, training=True)
+                    logits = models.build(flags.model, images, 10, training=True)
                 local = tf.compat.v1.trainable_variables()
-                # What the model's backward pass would give: a recorded gradient, fed.
-                self.grads = [tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape,
-                                                       f"recorded_grad_{k}")
-                              for k, v in enumerate(local)]
+                # The model's real backward pass, as record_gradients builds it, so
+                # that the optimizer sees the job's graph (its push buckets follow
+                # backprop's work). Each step feeds a recorded gradient into these
+                # tensors; their ops still run on one blank image (the step's
+                # timestamps wait for them by control edges, which a feed does not
+                # cut), and what they give is not used.
+                self.blank = {images: np.zeros((1, 28, 28, 1), np.float32),
+                              labels: np.zeros((1,), np.int64)}
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=labels, logits=logits)) + models.weight_decay(flags.weight_decay)
+                self.grads = tf.gradients(loss, local)
                 self.parts = [recorded_part(v) for v in local]
                 self.sync = task._tlc_optimizer(flags, num_workers, None)  # pylint: disable=protected-access
                 self.train_op = self.sync.apply_gradients(list(zip(self.grads, local)),
@@ -188,7 +199,8 @@ class SimulatedWorker:
 
     def feed(self, recorded, step):
         values = recorded[(self.index + step) % len(recorded)]
-        return {grad: values[name][rows] for grad, (name, rows) in zip(self.grads, self.parts)}
+        return {**self.blank, **{grad: values[name][rows]
+                                 for grad, (name, rows) in zip(self.grads, self.parts)}}
 
     def step(self, recorded, options=None, metadata=None):
         self.dog.step_started(self.steps_done + 1)

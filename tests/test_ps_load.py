@@ -68,7 +68,11 @@ def test_smallest_cell(tmp_path):
     # And the worker's own nodes: its push messages packed by one op each, with no bitcast
     # (nor reshape) per part before it (7 Bitcast nodes per worker step before).
     worker_nodes = profile["worker_node_types_per_worker_step"]
-    assert worker_nodes["TlcPackMessage"] >= 1 and "Bitcast" not in worker_nodes, worker_nodes
+    assert "Bitcast" not in worker_nodes, worker_nodes
+    # The job's step shape: the small CNN's two push messages (tests/test_channels.py counts
+    # them in the job's own graph), each unpacked on the PS.
+    assert worker_nodes["TlcPackMessage"] == 2, worker_nodes
+    assert profile["node_types_per_worker_step"]["TlcUnpackMessage"] == 2, profile
 
 
 @pytest.mark.parametrize("given", ["x", "0,1,2,3,4,5,6,7,8,9,1000", "1000"])
