@@ -19,8 +19,7 @@ What differs from a real job:
     optimizer settings; worker i at its step t feeds recorded step
     (i + t) mod K) into its backward pass's gradient tensors (the graph
     holds the model's passes, so the push buckets follow backprop's work as
-    in the job; they run on one blank image, and their gradients are not
-    used: the step's timestamps wait for their ops); the worker still
+    in the job; the feeds cut them out of the run); the worker still
     compresses the gradient (with its own error feedback) and replays the
     replies into its local copies;
   * every worker is in this process on loopback, so the workers' own work
@@ -158,18 +157,20 @@ class SimulatedWorker:
                 # The model's real backward pass, as record_gradients builds it, so
                 # that the optimizer sees the job's graph (its push buckets follow
                 # backprop's work). Each step feeds a recorded gradient into these
-                # tensors; their ops still run on one blank image (the step's
-                # timestamps wait for them by control edges, which a feed does not
-                # cut), and what they give is not used.
-                self.blank = {images: np.zeros((1, 28, 28, 1), np.float32),
-                              labels: np.zeros((1,), np.int64)}
+                # tensors, which cuts the passes out of the run. The optimizer gets
+                # a PlaceholderWithDefault of each: the step's timestamps wait on
+                # the ops of the gradients it gets by control edges, which a feed
+                # does not cut, and TF's graph optimizer would move them from an
+                # Identity onto the backward pass's op.
                 loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
                     labels=labels, logits=logits)) + models.weight_decay(flags.weight_decay)
                 self.grads = tf.gradients(loss, local)
                 self.parts = [recorded_part(v) for v in local]
                 self.sync = task._tlc_optimizer(flags, num_workers, None)  # pylint: disable=protected-access
-                self.train_op = self.sync.apply_gradients(list(zip(self.grads, local)),
-                                                          global_step=self.global_step)
+                self.train_op = self.sync.apply_gradients(
+                    [(tf.compat.v1.placeholder_with_default(g, g.shape), v)
+                     for g, v in zip(self.grads, local)],
+                    global_step=self.global_step)
             self.hooks = [self.sync.make_session_run_hook(
                 self.is_chief, num_tokens=0, checkpoint_dir=shards_dir,
                 save_checkpoint_steps=None, stall_timeout=None)]
@@ -199,8 +200,7 @@ class SimulatedWorker:
 
     def feed(self, recorded, step):
         values = recorded[(self.index + step) % len(recorded)]
-        return {**self.blank, **{grad: values[name][rows]
-                                 for grad, (name, rows) in zip(self.grads, self.parts)}}
+        return {grad: values[name][rows] for grad, (name, rows) in zip(self.grads, self.parts)}
 
     def step(self, recorded, options=None, metadata=None):
         self.dog.step_started(self.steps_done + 1)

@@ -73,6 +73,8 @@ def test_smallest_cell(tmp_path):
     # them in the job's own graph), each unpacked on the PS.
     assert worker_nodes["TlcPackMessage"] == 2, worker_nodes
     assert profile["node_types_per_worker_step"]["TlcUnpackMessage"] == 2, profile
+    # Fed into the backward pass's gradients: no pass of the model runs.
+    assert not {"Conv2D", "Conv2DBackpropFilter", "MatMul"} & set(worker_nodes), worker_nodes
 
 
 @pytest.mark.parametrize("given", ["x", "0,1,2,3,4,5,6,7,8,9,1000", "1000"])
