@@ -20,9 +20,23 @@ using ::tensorflow::OpInputList;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
+// A dtype whose values travel as their bytes in memory (a bool: one byte, 0 or 1).
+bool TravelsAsBytes(DataType type) {
+  return type == ::tensorflow::DT_BOOL || ::tensorflow::DataTypeCanUseMemcpy(type);
+}
+
 class PackMessageOp : public OpKernel {
  public:
-  explicit PackMessageOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit PackMessageOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::vector<DataType> types;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("T", &types));
+    for (size_t i = 0; i < types.size(); ++i) {
+      OP_REQUIRES(ctx, TravelsAsBytes(types[i]),
+                  ::tensorflow::errors::InvalidArgument(
+                      "tlc: step message part ", i, ": dtype ",
+                      ::tensorflow::DataTypeString(types[i]), " cannot travel in a step message"));
+    }
+  }
 
   void Compute(OpKernelContext* ctx) override {
     OpInputList parts;
@@ -32,12 +46,6 @@ class PackMessageOp : public OpKernel {
     std::vector<const uint8_t*> data(parts.size());
     std::vector<size_t> lengths(parts.size());
     for (int i = 0; i < parts.size(); ++i) {
-      const DataType type = parts[i].dtype();
-      OP_REQUIRES(ctx, type == ::tensorflow::DT_BOOL || ::tensorflow::DataTypeCanUseMemcpy(type),
-                  ::tensorflow::errors::InvalidArgument(
-                      "tlc: step message part ", i, ": dtype ",
-                      ::tensorflow::DataTypeString(type), " cannot travel in a step message"));
-      // Its bytes as in memory (a bool is one byte, 0 or 1).
       const auto bytes = parts[i].tensor_data();
       data[i] = reinterpret_cast<const uint8_t*>(bytes.data());
       lengths[i] = bytes.size();
@@ -76,7 +84,7 @@ class UnpackMessageOp : public OpKernel {
     sizes_.resize(num_parts_);
     for (int i = 0; i < num_parts_; ++i) {
       const DataType type = types_[i];
-      OP_REQUIRES(ctx, type == ::tensorflow::DT_BOOL || ::tensorflow::DataTypeCanUseMemcpy(type),
+      OP_REQUIRES(ctx, TravelsAsBytes(type),
                   ::tensorflow::errors::InvalidArgument(
                       "tlc: ", what_, ": part ", i, ": dtype ",
                       ::tensorflow::DataTypeString(type), " cannot travel in a step message"));
