@@ -20,9 +20,15 @@ using ::tensorflow::OpInputList;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
-// A dtype whose values travel as their bytes in memory (a bool: one byte, 0 or 1).
-bool TravelsAsBytes(DataType type) {
-  return type == ::tensorflow::DT_BOOL || ::tensorflow::DataTypeCanUseMemcpy(type);
+// A part's dtype must be one whose values travel as their bytes in memory (a
+// bool: one byte, 0 or 1); `where` names the part in the error.
+::tensorflow::Status CheckTravels(DataType type, const std::string& where) {
+  if (type == ::tensorflow::DT_BOOL || ::tensorflow::DataTypeCanUseMemcpy(type)) {
+    return ::tensorflow::Status();
+  }
+  return ::tensorflow::errors::InvalidArgument(where, ": dtype ",
+                                               ::tensorflow::DataTypeString(type),
+                                               " cannot travel in a step message");
 }
 
 class PackMessageOp : public OpKernel {
@@ -31,10 +37,7 @@ class PackMessageOp : public OpKernel {
     std::vector<DataType> types;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("T", &types));
     for (size_t i = 0; i < types.size(); ++i) {
-      OP_REQUIRES(ctx, TravelsAsBytes(types[i]),
-                  ::tensorflow::errors::InvalidArgument(
-                      "tlc: step message part ", i, ": dtype ",
-                      ::tensorflow::DataTypeString(types[i]), " cannot travel in a step message"));
+      OP_REQUIRES_OK(ctx, CheckTravels(types[i], "tlc: step message part " + std::to_string(i)));
     }
   }
 
@@ -84,10 +87,7 @@ class UnpackMessageOp : public OpKernel {
     sizes_.resize(num_parts_);
     for (int i = 0; i < num_parts_; ++i) {
       const DataType type = types_[i];
-      OP_REQUIRES(ctx, TravelsAsBytes(type),
-                  ::tensorflow::errors::InvalidArgument(
-                      "tlc: ", what_, ": part ", i, ": dtype ",
-                      ::tensorflow::DataTypeString(type), " cannot travel in a step message"));
+      OP_REQUIRES_OK(ctx, CheckTravels(type, "tlc: " + what_ + ": part " + std::to_string(i)));
       sizes_[i] = static_cast<int64_t>(::tensorflow::DataTypeSize(type));
       // Each part's values are whole: its byte count a multiple of the dtype's size.
       OP_REQUIRES(ctx, sizes_[i] >= 1 && (item_bytes_.empty() || item_bytes_[i] % sizes_[i] == 0),
@@ -144,7 +144,6 @@ class UnpackMessageOp : public OpKernel {
   }
 
  private:
-  using DataType = ::tensorflow::DataType;
   int num_parts_ = 0;
   std::vector<DataType> types_;
   std::vector<::tensorflow::PartialTensorShape> shapes_;
