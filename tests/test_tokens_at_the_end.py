@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from local_cluster import create_local_cluster, worker_graph_with_model
 from tlc import Float32, SyncReplicasOptimizer
+from tlc.optimizer.sync_replicas import DEFAULT_PULL_LOG_SIZE
 from tlc.session import training_session
 
 pytestmark = pytest.mark.cluster
@@ -108,6 +109,35 @@ def test_a_worker_waiting_for_a_token_when_the_others_end_gets_one():
     finally:
         if other is not None:
             other.close()
+        chief.close()
+
+
+def test_a_worker_past_the_pull_log_reports_the_version_it_copied():
+    """A worker that fell further behind than the pull log (the job's chief
+    evaluating while the others train) copies the model in full after its
+    step: the version the step reports is the server's, not its stale own.
+    Seen as a hung tests/test_faults.py run: the chief's loop, told it was
+    still behind the last step, stepped again; its push, fresh at the last
+    step, then waited for a round after the last, which nobody makes."""
+    workers, _ = create_local_cluster(NUM_WORKERS, 1)
+    (chief_graph, chief_opt, chief_train, global_step, _, update_state), other_built = \
+        build_worker(0), build_worker(1)
+    rounds = DEFAULT_PULL_LOG_SIZE + 2
+    chief = session(chief_graph, chief_opt, workers[0].target, True)
+    other = session(*other_built[:2], workers[1].target, False)
+    try:
+        version, steps = 0, 0
+        while version < rounds:
+            version = other.run([other_built[2], other_built[1].version_after_step])[1]
+            steps += 1
+        updates = wait_until_updates_done(chief, update_state, steps)
+        copies = chief_opt.full_syncs
+        _, reported = chief.run([chief_train, chief_opt.version_after_step])
+        assert chief_opt.full_syncs == copies + 1  # the step needed a full copy
+        assert chief.run(global_step) == updates  # the chief's stale push made no round
+        assert reported == updates == chief.run(chief_opt.local_version)
+    finally:
+        other.close()
         chief.close()
 
 

@@ -334,10 +334,10 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         if self._watchdog is not None:
             self._watchdog.step_ended(self._step_servers)
         needs_full_sync, version = run_values.results
+        if needs_full_sync:  # the version the copy is at (the step's or a later one)
+            version = self._full_sync.run(run_context.session)
         self._seen_version = max(self._seen_version, int(version))
         before, self._version = self._version, int(version)
-        if needs_full_sync:
-            self._full_sync.run(run_context.session)
         if not self._is_chief:  # the chief's shard is written by its save
             self._save_push_memory_if_saved(run_context.session, before)
 

@@ -244,7 +244,10 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
 
     @property
     def version_after_step(self):
-        """Fetch with the train op: the worker's model version after the step."""
+        """Fetch with the train op: the worker's model version after the step
+        (the server's version the step saw; when the step needs a
+        full-precision copy, the hook's copy after it is at this version or a
+        later one)."""
         return self._require_applied("version_after_step").step.version_after_step
 
     @property

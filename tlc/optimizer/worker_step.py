@@ -78,7 +78,11 @@ def build(shared, channels, grads, variable_averages, variables_to_average, stat
             ]
         with tf.control_dependencies(bookkeeping):
             needs_full_sync = tf.logical_not(found, name="tlc_needs_full_sync")
-            version_after_step = tf.identity(new_version, name="tlc_version_after_step")
+            # The server's version either way: the replay reached it, or the
+            # full-precision copy made after the step reaches it at least. A
+            # loop that stops at the last step must not see the stale local
+            # version (its next push would wait for a round no one makes).
+            version_after_step = tf.identity(version, name="tlc_version_after_step")
     # TF's train op, last: local step = token.
     with tf.device(gs.device), tf.name_scope(""):
         with tf.control_dependencies([needs_full_sync, version_after_step]):
