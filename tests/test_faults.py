@@ -1,6 +1,7 @@
 """Faults with real processes: killed and restarted workers, a restarted
 chief and parameter server resuming from a checkpoint, Ctrl-C to the launcher."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -71,6 +72,32 @@ def kill_and_restart_worker_2(c):
         for pid in others:
             os.killpg(pid, signal.SIGCONT)
     return killed_at
+
+
+def test_a_waiting_step_is_named_with_what_the_ps_holds(tmp_path):
+    """The job's worker whose step waits while the PS answers says what the
+    PS holds (global step, tokens, round gates): a hung run in CI can then
+    be read from its log."""
+    c = TaskCluster(tmp_path, 2, BASE_FLAGS + ["--steps=100000", "--stall_timeout=5"])
+    c.start()
+    chief = c.launcher.procs[("worker", 0)]
+    log = os.path.join(c.logdir, "worker1.log")
+    named = re.compile(r"^worker 1: step \d+ has waited 5 s; every parameter server answers "
+                       r"\(waiting for other workers\?\); global step \d+, tokens queued \d+, "
+                       r"takes in the update \d+; /job:ps/task:0: gate steps \[[\d, ]+\], "
+                       r"arrivals \[[\d, ]+\], takes waiting \[[\d, ]+\], "
+                       r"rows logged \[[\d, ]+\]$", re.M)
+    try:
+        with c.logs_on_failure():
+            wait_for(lambda: chief_step(c.logdir) >= 5, 300, "training to start")
+            os.killpg(chief.pid, signal.SIGSTOP)  # no pushes, no updates: worker 1 waits
+            try:
+                wait_for(lambda: named.search(open(log, encoding="utf-8").read()), 120,
+                         "worker 1's line naming its waiting step")
+            finally:
+                os.killpg(chief.pid, signal.SIGCONT)
+    finally:
+        c.launcher.stop()
 
 
 def test_chief_and_ps_restart_from_checkpoint(tmp_path):

@@ -191,6 +191,10 @@ class Watchdog:
         if self.prober is not None:
             self.prober.stop()
 
+    def describe_with(self, describe):
+        """What a waiting step's line adds from now on (see __init__)."""
+        self._describe = describe
+
     def step_started(self, step):
         self._step = (step, time.time())
         self.last_step = step

@@ -267,14 +267,15 @@ def _run_worker(server, cluster, spec, index, config, flags, dog):
     # gradient, so a chief that is ready early cannot take all the tokens and
     # train alone while the others are still copying the model.
     # The job's own watchdog (`dog`, with the servers' addresses) watches.
-    hooks = [sync.make_session_run_hook(is_chief, num_tokens=0, checkpoint_dir=shards_dir,
-                                        save_checkpoint_steps=flags.checkpoint_steps or None,
-                                        stall_timeout=None, last_step=flags.steps)]
+    hook = sync.make_session_run_hook(is_chief, num_tokens=0, checkpoint_dir=shards_dir,
+                                      save_checkpoint_steps=flags.checkpoint_steps or None,
+                                      stall_timeout=None, last_step=flags.steps)
+    dog.describe_with(hook.describe_wait)  # a waiting step's line says what the PS holds
     start = time.time()
     summary = {"task": index, "model": graph.model_name, "compressor": sync.compressor.describe(),
                "pull_compressor": sync.pull_compressor.describe()}
     progress = None
-    with training_session(server.target, is_chief, hooks, checkpoint_dir=checkpoint_dir,
+    with training_session(server.target, is_chief, [hook], checkpoint_dir=checkpoint_dir,
                           save_checkpoint_steps=flags.checkpoint_steps or None,
                           save_checkpoint_secs=flags.checkpoint_secs or None,
                           config=config) as sess:

@@ -66,6 +66,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._timeouts = (stall_timeout, unreachable_timeout)
         self._last_step = last_step
         self._watchdog = None
+        self._describe = None  # what a waiting step waits on, read from the servers
         self._step_servers = ()  # the parameter servers a training step runs on
         self._seen_version = 0  # newest model version this process has trained on
         self._version = None  # the global step of this worker's model after its last step
@@ -96,6 +97,8 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.INIT_OP, init_op)
 
     def after_create_session(self, session, coord):
+        if session.sess_str and self._describe is None:  # gRPC: the servers can be read
+            self._describe = self._waiting_on(session)
         self._watch(session)
         self._recovery.init_persistent(session)
         session.run(self._ops.hook_present)  # this hook resyncs, not the step
@@ -176,7 +179,13 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._watchdog = watchdog.Watchdog(
             f"worker {state.worker_index(shared.worker_host)}", dict.fromkeys(servers), unreachable,
             prober=prober, stall_timeout=stall, setting="",
-            alive=lambda: graph.finalized, describe=self._waiting_on(session)).start()
+            alive=lambda: graph.finalized, describe=self.describe_wait).start()
+
+    def describe_wait(self):
+        """What a waiting step waits on, for a watchdog's line: the global
+        step, the tokens queued, each PS's round gates and rows logged (read
+        in a session of the hook's own); "" before the first session."""
+        return self._describe() if self._describe is not None else ""
 
     def _waiting_on(self, session):
         """describe() for the watchdog: the PS state a waiting step depends on
