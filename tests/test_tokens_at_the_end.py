@@ -73,19 +73,29 @@ def session(graph, opt, target, is_chief):
         return training_session(target, is_chief, [hook])
 
 
-def test_a_worker_waiting_for_a_token_when_the_others_end_gets_one():
+def started():
+    """Both workers' graphs (build_worker's) and their sessions, on a new cluster."""
     workers, _ = create_local_cluster(NUM_WORKERS, 1)
-    (chief_graph, chief_opt, chief_train, global_step, take_left, update_state), other_built = \
-        build_worker(0), build_worker(1)
-    chief = session(chief_graph, chief_opt, workers[0].target, True)
-    other = session(*other_built[:2], workers[1].target, False)
+    chief_built, other_built = build_worker(0), build_worker(1)
+    return (chief_built, other_built, session(*chief_built[:2], workers[0].target, True),
+            session(*other_built[:2], workers[1].target, False))
+
+
+def rounds_of_worker_1_alone(last, other, other_built, chief, update_state):
+    """Worker 1 alone makes the rounds to version `last` (as the job's loop
+    does); the updates made, once the chief's update is idle."""
+    version, steps = 0, 0
+    while version < last:
+        version = other.run([other_built[2], other_built[1].version_after_step])[1]
+        steps += 1
+    return wait_until_updates_done(chief, update_state, steps)
+
+
+def test_a_worker_waiting_for_a_token_when_the_others_end_gets_one():
+    chief_built, other_built, chief, other = started()
+    chief_opt, chief_train, global_step, take_left, update_state = chief_built[1:]
     try:
-        # Worker 1 alone makes the rounds, to the last step (as the job's loop).
-        version, steps = 0, 0
-        while version < LAST_STEP:
-            version = other.run([other_built[2], other_built[1].version_after_step])[1]
-            steps += 1
-        updates = wait_until_updates_done(chief, update_state, steps)
+        updates = rounds_of_worker_1_alone(LAST_STEP, other, other_built, chief, update_state)
         # The tokens left for the chief were taken, as fast workers take them.
         chief.run(take_left)
         # The chief's step: its push is stale (it was made at step 0), and it
@@ -119,18 +129,11 @@ def test_a_worker_past_the_pull_log_reports_the_version_it_copied():
     Seen as a hung tests/test_faults.py run: the chief's loop, told it was
     still behind the last step, stepped again; its push, fresh at the last
     step, then waited for a round after the last, which nobody makes."""
-    workers, _ = create_local_cluster(NUM_WORKERS, 1)
-    (chief_graph, chief_opt, chief_train, global_step, _, update_state), other_built = \
-        build_worker(0), build_worker(1)
-    rounds = DEFAULT_PULL_LOG_SIZE + 2
-    chief = session(chief_graph, chief_opt, workers[0].target, True)
-    other = session(*other_built[:2], workers[1].target, False)
+    chief_built, other_built, chief, other = started()
+    chief_opt, chief_train, global_step, _, update_state = chief_built[1:]
     try:
-        version, steps = 0, 0
-        while version < rounds:
-            version = other.run([other_built[2], other_built[1].version_after_step])[1]
-            steps += 1
-        updates = wait_until_updates_done(chief, update_state, steps)
+        updates = rounds_of_worker_1_alone(DEFAULT_PULL_LOG_SIZE + 2, other, other_built, chief,
+                                           update_state)
         copies = chief_opt.full_syncs
         _, reported = chief.run([chief_train, chief_opt.version_after_step])
         assert chief_opt.full_syncs == copies + 1  # the step needed a full copy
