@@ -270,7 +270,9 @@ def _run_worker(server, cluster, spec, index, config, flags, dog):
     hook = sync.make_session_run_hook(is_chief, num_tokens=0, checkpoint_dir=shards_dir,
                                       save_checkpoint_steps=flags.checkpoint_steps or None,
                                       stall_timeout=None, last_step=flags.steps)
-    dog.describe_with(hook.describe_wait)  # a waiting step's line says what the PS holds
+    # A waiting step's line says what the PS holds (TF's own hook, the stock
+    # baseline's, has nothing to say).
+    dog.describe_with(getattr(hook, "describe_wait", None))
     start = time.time()
     summary = {"task": index, "model": graph.model_name, "compressor": sync.compressor.describe(),
                "pull_compressor": sync.pull_compressor.describe()}
