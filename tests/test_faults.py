@@ -92,12 +92,17 @@ def test_a_waiting_step_is_named_with_what_the_ps_holds(tmp_path):
             wait_for(lambda: chief_step(c.logdir) >= 5, 300, "training to start")
             os.killpg(chief.pid, signal.SIGSTOP)  # no pushes, no updates: worker 1 waits
             try:
-                wait_for(lambda: named.search(open(log, encoding="utf-8").read()), 120,
+                wait_for(lambda: named.search(_text(log)), 120,
                          "worker 1's line naming its waiting step")
             finally:
                 os.killpg(chief.pid, signal.SIGCONT)
     finally:
         c.launcher.stop()
+
+
+def _text(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
 
 
 def test_chief_and_ps_restart_from_checkpoint(tmp_path):

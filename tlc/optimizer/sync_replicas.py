@@ -245,9 +245,11 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
     @property
     def version_after_step(self):
         """Fetch with the train op: the worker's model version after the step
-        (the server's version the step saw; when the step needs a
+        (the server's version the step saw). When the step needs a
         full-precision copy, the hook's copy after it is at this version or a
-        later one)."""
+        later one; in TF's recipes without the hook (Supervisor, a plain
+        Session) the step's own copy is, unless an update began during it:
+        then the local version stays behind and the next step copies again."""
         return self._require_applied("version_after_step").step.version_after_step
 
     @property
