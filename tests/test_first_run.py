@@ -188,11 +188,16 @@ def test_stdout_is_progress_then_a_short_summary(short_run):
     summary = lines[start:]
     assert len(summary) <= report.MAX_LINES, summary
     assert any(line.startswith("step ") for line in lines[:start])
+    # The first copies came before the first log point: no window names them.
+    assert not any("full copies" in line for line in lines[:start])
     assert lines[0].startswith("tlc: launching 1 ps + 2 workers (3lc s=1.00 "), lines[0]
     text = "\n".join(summary)
     for what in ("test accuracy", "pushed per step", "pulled per step", "compression ratio",
                  "wall time", "run directory", "summary", "checkpoints", "plots"):
         assert what in text, text
+    # Each worker's first copy of the model, outside the pulled bytes (2 x 6.6 MB).
+    copies = re.search(r"full copies +(\d+) of the model in float32, ([\d.]+) MiB", text)
+    assert copies and int(copies[1]) >= 2 and float(copies[2]) > 2 * 6.0, text
     named = [line.split(None, 2)[-1] for line in summary if str(logdir) in line]
     paths = [re.split(r"\s+\(", n)[0].split()[-1] for n in named]
     assert str(logdir / "summary.json") in paths

@@ -137,6 +137,9 @@ def test_a_worker_past_the_pull_log_reports_the_version_it_copied():
         copies = chief_opt.full_syncs
         _, reported = chief.run([chief_train, chief_opt.version_after_step])
         assert chief_opt.full_syncs == copies + 1  # the step needed a full copy
+        # Each copy brought the model in float32 (v: 100 values), outside the
+        # pull counter, which counts the compressed pulls only.
+        assert chief_opt.full_sync_bytes == chief_opt.full_syncs * 100 * 4
         assert chief.run(global_step) == updates  # the chief's stale push made no round
         assert reported == updates == chief.run(chief_opt.local_version)
     finally:

@@ -103,6 +103,10 @@ def summarize(logdir, spec, codes, wall_seconds, exit_times=None, wire_bytes=Non
         "pull_ratio": float32 / pulled if pulled else None,
         "compression_ratio": 2 * float32 / (pushed + pulled) if pushed + pulled else None,
         "worker_steps": worker_steps,
+        # Full-precision model copies (each worker's first, and any after it
+        # fell behind the pull logs): outside the pull bytes above.
+        "full_syncs": sum(r.get("full_syncs", 0) for r in reports),
+        "full_sync_bytes": sum(r.get("full_sync_bytes", 0) for r in reports),
         "pull_compressions": chief.get("pull_compressions"),
         "time_breakdown": chief.get("time_breakdown"),
         "wall_seconds": round(wall_seconds, 2),

@@ -47,6 +47,9 @@ def lines(summary, logdir, drawn=()):
             break
         out.append(f"  {direction} per step   {_bytes(per_step):>10} per worker step   "
                    f"total {_bytes(total)}")
+    if s.get("full_syncs"):
+        out.append(f"  full copies        {s['full_syncs']} of the model in float32, "
+                   f"{_bytes(s.get('full_sync_bytes') or 0)} (not in the figures above)")
     if s.get("compression_ratio"):
         out.append(f"  compression ratio  {s['compression_ratio']:.1f}x vs float32 "
                    f"(push {s['push_ratio']:.1f}x, pull {s['pull_ratio']:.1f}x)")

@@ -23,7 +23,7 @@ class StockSync:
         self._worker_device = worker_device
         self._sync = v1.train.SyncReplicasOptimizer(opt, replicas_to_aggregate,
                                                     total_num_replicas)
-        self.full_syncs = 0
+        self.full_syncs = self.full_sync_bytes = 0
         self.compressed_variables = []
 
     class _Described:

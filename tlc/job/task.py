@@ -283,7 +283,7 @@ def _run_worker(server, cluster, spec, index, config, flags, dog):
                           config=config) as sess:
         step = sess.run(sync.local_version)
         progress = Progress(step=step, first_step=step, last={
-            "time": time.time(), "step": step,
+            "time": time.time(), "step": step, "full_syncs": sync.full_syncs,
             **sess.run({k: sync.traffic[k] for k in ("bytes_pushed", "bytes_pulled",
                                                      "worker_steps")})})
         tracer = trace.Tracer(logdir, index, flags.trace_steps)
@@ -350,7 +350,7 @@ def _train(sess, graph, progress, tracer, index, flags, dog, writer, start):
         last = progress.last
         if is_chief and (step // flags.log_every > last["step"] // flags.log_every
                          or step >= flags.steps):
-            last = _report(sess, sync.traffic, step, loss_value, last, flags, writer, tuner)
+            last = _report(sess, sync, step, loss_value, last, flags, writer, tuner)
             if flags.eval_every and step >= next_eval:  # at log points only
                 started = time.time()
                 last["accuracy"] = _evaluate(sess, graph, flags, limit=flags.eval_examples)
@@ -378,6 +378,7 @@ def _after_training(sess, graph, progress, tracer, is_chief, flags, start):
                    late_loss=float(np.mean(losses[-window:])) if losses else None)
     summary["local_copy_check"] = sync.local_copy_check(sess)
     summary["full_syncs"] = sync.full_syncs
+    summary["full_sync_bytes"] = sync.full_sync_bytes
     summary["time_breakdown"] = sync.time_breakdown(sess)
     if tracer.records:
         summary["trace"] = tracer.report()
@@ -400,8 +401,12 @@ def _write_steps(path, start, history):
     cl.write_json(path, {"start_time": start, **columns})
 
 
-def _report(sess, traffic, step, loss_value, last, flags, writer, tuner=None):
+def _report(sess, sync, step, loss_value, last, flags, writer, tuner=None):
     now = time.time()
+    traffic = sync.traffic
+    # Full-precision copies are outside the pull counter: say so, or a
+    # window of copies reads as a pull of nothing.
+    copies = sync.full_syncs - last["full_syncs"]
     counters = sess.run({k: traffic[k] for k in ("bytes_pushed", "bytes_pulled", "worker_steps")})
     steps = max(1, counters["worker_steps"] - last["worker_steps"])
     push = (counters["bytes_pushed"] - last["bytes_pushed"]) / steps
@@ -411,7 +416,8 @@ def _report(sess, traffic, step, loss_value, last, flags, writer, tuner=None):
     rate = (step - last["step"]) / max(1e-9, now - last["time"])
     print(f"step {step:6d}/{flags.steps}  {rate:6.2f} steps/s  loss {loss_value:.4f}  "
           f"push {push / 1024:9.1f} KiB/step  pull {pull / 1024:9.1f} KiB/step  "
-          f"ratio {ratio:7.1f}x" + (f"  {tuner.describe()}" if tuner else ""), flush=True)
+          f"ratio {ratio:7.1f}x" + (f"  {tuner.describe()}" if tuner else "")
+          + (f"  full copies {copies}" if copies else ""), flush=True)
     if writer is not None:
         values = {"loss": loss_value, "steps_per_sec": rate, "push_bytes_per_step": push,
                   "pull_bytes_per_step": pull, "compression_ratio": ratio}
@@ -420,7 +426,7 @@ def _report(sess, traffic, step, loss_value, last, flags, writer, tuner=None):
             step)
         writer.flush()
     point = {"time": now, "step": step, "loss": float(loss_value), "push_bytes_per_step": push,
-             "pull_bytes_per_step": pull, **counters}
+             "pull_bytes_per_step": pull, "full_syncs": sync.full_syncs, **counters}
     if tuner is not None:
         point["tuning"] = tuner.record()
     return point

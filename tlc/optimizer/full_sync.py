@@ -37,6 +37,8 @@ class FullSync:
             assigns.append(shared.worker.local_version.assign(before, read_value=False))
         self._ops = (before, after, tf.group(*assigns))
         self.count = 0  # full-precision copies this worker made
+        # What one copy brings over the network (outside the pull counters).
+        self.bytes_per_copy = sum(v.shape.num_elements() * v.dtype.size for _, v in reads)
         self._consistency = _consistency_check(shared, entries)
 
     def run(self, session, timeout=60.0):

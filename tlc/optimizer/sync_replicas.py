@@ -262,6 +262,13 @@ class SyncReplicasOptimizer(tf.compat.v1.train.Optimizer):
         """Full-precision model copies this worker made."""
         return self._built.full_sync.count if self._built else 0
 
+    @property
+    def full_sync_bytes(self):
+        """Bytes those copies brought (dense, full precision): not in the
+        pull counters, which count the compressed pulls."""
+        built = self._built
+        return built.full_sync.count * built.full_sync.bytes_per_copy if built else 0
+
     def full_sync(self, session, timeout=60.0):
         """Copies the server's shadow into this worker's local model."""
         return self._require_applied("full_sync").full_sync.run(session, timeout)
