@@ -61,6 +61,12 @@ def test_smallest_cell(tmp_path):
     projected, = results["projection"]
     assert projected["workers_per_core"] == pytest.approx(step / (cpu / 2))
     assert results["per_extra_worker"] == []  # one cell: no slope
+    # One round and one worker count: the goals get no verdict, and say why.
+    goal, = results["goals"]
+    assert goal["per_extra_worker_verdict"] == "no verdict: one worker count"
+    assert goal["workers_per_core"] == [projected["workers_per_core"]]
+    assert goal["workers_per_core_verdict"].startswith("no verdict: 1 round(s)")
+    assert cell["round"] == 1
     profile = cell["profile"]
     assert profile["traced_worker_steps"] == 2 * profiled
     # The traced steps include the PS device's ops: every push went into its accumulator.
@@ -75,6 +81,15 @@ def test_smallest_cell(tmp_path):
     assert profile["node_types_per_worker_step"]["TlcUnpackMessage"] == 2, profile
     # Fed into the backward pass's gradients: no pass of the model runs.
     assert not {"Conv2D", "Conv2DBackpropFilter", "MatMul"} & set(worker_nodes), worker_nodes
+
+
+def test_rounds_not_a_count_is_refused_in_one_line():
+    run = subprocess.run([sys.executable, "-m", "benchmarks.bench_ps_load", "--rounds=0",
+                          "--rundir=/nonexistent"], cwd=ROOT, timeout=300,
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and run.stdout == ""
+    assert run.stderr.startswith("bench_ps_load: --rounds: 0 ") and \
+        run.stderr.count("\n") == 1, run.stderr
 
 
 @pytest.mark.parametrize("given", ["x", "0,1,2,3,4,5,6,7,8,9,1000", "1000"])
@@ -111,3 +126,49 @@ def test_per_extra_worker_is_the_busiest_ps_slope_between_consecutive_cells():
         assert got[key] == pytest.approx(slope), key
     assert "8 -> 16 workers: 1.25 ms less idle, 1.38 ms measured" in \
         bench_ps_load.slopes_text(rows)
+
+
+def _round_cell(rnd, workers, seconds_per_step, idle=0.0):
+    return {"round": rnd, "workers": workers, "ps": 1, "config": "3lc_s1.00",
+            "load_before": [1.0, 0, 0], "ps_cpu_seconds_per_step": [seconds_per_step],
+            "ps_cpu_seconds_per_step_measured": [seconds_per_step],
+            "ps_idle_cpu_per_second": [idle], "ps_bytes_per_step": [1e5 * workers]}
+
+
+def test_per_extra_worker_pairs_the_cells_of_one_round_only():
+    """Rounds of 8 and 16 workers, the rounds one after the other: a slope per
+    round, from that round's own cells (before rounds, cells of one worker
+    count but other rounds were paired: one slope from two rounds' cells)."""
+    from benchmarks import bench_ps_load  # pylint: disable=import-outside-toplevel
+    rows = [_round_cell(1, 8, 0.020), _round_cell(1, 16, 0.036),
+            _round_cell(2, 8, 0.030), _round_cell(2, 16, 0.038)]
+    slopes = bench_ps_load.per_extra_worker(rows)
+    assert [(s["round"], s["workers"]) for s in slopes] == [(1, [8, 16]), (2, [8, 16])]
+    assert [s["seconds_less_idle"] for s in slopes] == pytest.approx([0.002, 0.001])
+
+
+@pytest.mark.parametrize("per_round, verdict", [
+    ([0.016, 0.015, 0.0155], "met in every round"),         # 0.50-0.56 ms per extra worker
+    ([0.040, 0.036, 0.044], "missed in every round"),       # 2.5, 2.0, 3.0 ms
+    ([0.016, 0.040, 0.016], "no verdict: 2 of 3 rounds meet it"),
+    ([0.016, 0.016], "no verdict: 2 round(s), 3 needed (--rounds)")])
+def test_goals_need_three_rounds_that_agree(per_round, verdict):
+    from benchmarks import bench_ps_load  # pylint: disable=import-outside-toplevel
+    rows = [cell for rnd, at16 in enumerate(per_round, 1)
+            for cell in (_round_cell(rnd, 8, 0.012, idle=0.008), _round_cell(rnd, 16, at16,
+                                                                           idle=0.016))]
+    goal, = bench_ps_load.goals(rows, 0.2)
+    assert goal["per_extra_worker_verdict"] == verdict
+    assert goal["per_extra_worker_seconds"] == pytest.approx([(x - 0.012) / 8 for x in per_round])
+    # One PS core: 0.2 s over each round's 16-worker cell's CPU per worker step, the CPU at
+    # rest counted over the step (0.016 + 0.016 * 0.2 s over 16 workers: 1.2 ms, 167 workers).
+    want = [0.2 / ((x + 0.016 * 0.2) / 16) for x in per_round]
+    assert goal["workers_per_core"] == pytest.approx(want)
+    core_meets = [w >= 100 for w in want]
+    assert goal["workers_per_core_verdict"] == (
+        verdict if len(per_round) < 3 else "met in every round" if all(core_meets) else
+        "missed in every round" if not any(core_meets) else
+        f"no verdict: {sum(core_meets)} of 3 rounds meet it")
+    text = bench_ps_load.goals_text(rows, 0.2)
+    assert f"<= 1 ms, by round {', '.join(f'{1000 * (x - 0.012) / 8:.2f}' for x in per_round)} " \
+        f"ms: {verdict}" in text
