@@ -654,7 +654,8 @@ def goals_text(rows, step_seconds):
 
 def slopes_text(rows):
     return "\n".join(
-        f"PS CPU per extra worker, {s['ps']} PS, {s['workers'][0]} -> {s['workers'][1]} workers: "
+        f"PS CPU per extra worker, round {s['round']}, {s['ps']} PS, "
+        f"{s['workers'][0]} -> {s['workers'][1]} workers: "
         f"{1000 * s['seconds_less_idle']:.2f} ms less idle, "
         f"{1000 * s['seconds_measured']:.2f} ms measured (busiest PS; load before the cells "
         f"{s['load_before'][0]:.1f}, {s['load_before'][1]:.1f})" for s in per_extra_worker(rows))

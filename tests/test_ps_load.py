@@ -124,7 +124,7 @@ def test_per_extra_worker_is_the_busiest_ps_slope_between_consecutive_cells():
     assert got.keys() == want.keys()
     for key, slope in want.items():
         assert got[key] == pytest.approx(slope), key
-    assert "8 -> 16 workers: 1.25 ms less idle, 1.38 ms measured" in \
+    assert "round 1, 1 PS, 8 -> 16 workers: 1.25 ms less idle, 1.38 ms measured" in \
         bench_ps_load.slopes_text(rows)
 
 
