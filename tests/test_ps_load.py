@@ -164,11 +164,9 @@ def test_goals_need_three_rounds_that_agree(per_round, verdict):
     # rest counted over the step (0.016 + 0.016 * 0.2 s over 16 workers: 1.2 ms, 167 workers).
     want = [0.2 / ((x + 0.016 * 0.2) / 16) for x in per_round]
     assert goal["workers_per_core"] == pytest.approx(want)
-    core_meets = [w >= 100 for w in want]
-    assert goal["workers_per_core_verdict"] == (
-        verdict if len(per_round) < 3 else "met in every round" if all(core_meets) else
-        "missed in every round" if not any(core_meets) else
-        f"no verdict: {sum(core_meets)} of 3 rounds meet it")
+    # These cases' cores fall on the same side of 100 as their slopes of 1 ms (167-176 workers
+    # where the slope meets it, 68-82 where it misses).
+    assert goal["workers_per_core_verdict"] == verdict
     text = bench_ps_load.goals_text(rows, 0.2)
     assert f"<= 1 ms, by round {', '.join(f'{1000 * (x - 0.012) / 8:.2f}' for x in per_round)} " \
         f"ms: {verdict}" in text
