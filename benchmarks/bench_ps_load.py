@@ -699,9 +699,10 @@ def main(argv=None):
     recorded = record_gradients(os.path.join(args.rundir, f"gradients_{flags.model}.npz"),
                                 flags, args.recorded_steps)
     rows = []
+    ps_counts = jobs.int_list(args.ps, "--ps", PROGRAM)
+    worker_counts = jobs.int_list(args.workers, "--workers", PROGRAM)
     cells = [(rnd, ps, workers) for rnd in range(1, args.rounds + 1)
-             for ps in jobs.int_list(args.ps, "--ps", PROGRAM)
-             for workers in jobs.int_list(args.workers, "--workers", PROGRAM)]
+             for ps in ps_counts for workers in worker_counts]
     for rnd, ps, workers in cells:
         print(f"bench_ps_load: round {rnd}, {workers} workers, {ps} PS "
               f"(load {load_average()}) ...", flush=True)
